@@ -1,0 +1,52 @@
+"""admitgate: admission control that paces bursts and spreads rejected herds.
+
+    from admitgate import AdmitGate
+    app.add_middleware(AdmitGate, rate=200)
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .clock import Clock, ManualClock
+from .errors import ConfigError
+from .gate import Decision, Gate, GateStats, Verdict
+from .headers import HeaderPolicy
+from .headroom import Headroom, StaticHeadroom
+from .identity import client_address, connection_key, header_key
+from .middleware import AdmitGate
+from .pacer import TokenPacer
+from .routing import Priority, Router, Rule
+from .spread import JitterSpread, ScheduleSpread, SpreadPolicy
+from .ticket import RetryTicket
+
+try:
+    __version__ = version("admitgate")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AdmitGate",
+    "Clock",
+    "ConfigError",
+    "Decision",
+    "Gate",
+    "GateStats",
+    "HeaderPolicy",
+    "Headroom",
+    "JitterSpread",
+    "ManualClock",
+    "Priority",
+    "RetryTicket",
+    "Router",
+    "Rule",
+    "ScheduleSpread",
+    "SpreadPolicy",
+    "StaticHeadroom",
+    "TokenPacer",
+    "Verdict",
+    "__version__",
+    "client_address",
+    "connection_key",
+    "header_key",
+]

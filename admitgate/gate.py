@@ -1,0 +1,200 @@
+"""The admission decision, free of ASGI: admit, pace, or reject with a slot.
+
+:class:`Gate` owns the token pacer, the spreading policy and the counters. It reads
+no clock and does no I/O: every call takes ``now`` (seconds), so the middleware and
+the herd simulator drive the very same object on real and virtual time.
+
+The fast path is :meth:`Gate.try_admit` (one bucket update). When it fails,
+:meth:`Gate.decide` either *paces* the request (reserves a token that will exist
+within ``max_pacing_delay`` seconds, if fewer than ``max_waiters`` are already held)
+or *rejects* it with a slot from the spreading policy. The Retry-After of a slot at
+``s`` is ``ceil(s - now - max_pacing_delay)``, at least 1: a client may arrive up to
+one pacing delay before its slot because the gate will hold it until its token
+exists. With pacing of at least a second this fills the whole-second gaps that an
+integer Retry-After would otherwise leave, so the cohort drains at the full rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .errors import ConfigError, non_negative, positive
+from .headroom import Headroom, StaticHeadroom
+from .pacer import TokenPacer
+from .routing import Priority
+from .spread import SpreadPolicy, spread_from_name
+
+#: The sheddable share never drops below this fraction of the rate, so slots stay finite.
+MIN_SHARE = 0.05
+
+
+class Verdict(Enum):
+    ADMIT = "admitted"
+    PACE = "paced"
+    REJECT = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Outcome of :meth:`Gate.decide`. Times in seconds; rates in requests/s."""
+
+    verdict: Verdict
+    delay: float = 0.0  # PACE: how long to hold the request
+    retry_after: int = 0  # REJECT: whole seconds, >= 1
+    slot: float = 0.0  # REJECT: absolute time the client is expected back
+    rate: float = 0.0  # the rate in force
+
+
+@dataclass(slots=True)
+class GateStats:
+    """Plain counters (requests), cheap to bump on the hot path."""
+
+    admitted: int = 0
+    paced: int = 0
+    rejected: int = 0
+    critical: int = 0
+    abandoned: int = 0  # paced requests whose client went away (token refunded)
+    by_retry_after: dict[int, int] = field(default_factory=dict)
+
+
+class _RateMeter:
+    """Exponentially decaying rate (units/s) with time constant ``tau`` seconds."""
+
+    __slots__ = ("_at", "_level", "tau")
+
+    def __init__(self, tau: float = 2.0) -> None:
+        self.tau, self._level, self._at = tau, 0.0, 0.0
+
+    def add(self, amount: float, now: float) -> None:
+        if now > self._at:
+            self._level *= math.exp((self._at - now) / self.tau)
+            self._at = now
+        self._level += amount
+
+    def rate(self, now: float) -> float:
+        return self._level * math.exp(min(0.0, self._at - now) / self.tau) / self.tau
+
+
+class Gate:
+    """Token pacer + pacing queue + spreading policy.
+
+    ``rate``: requests/s (or a :class:`Headroom`); ``burst``: tokens admitted at once
+    from idle; ``max_pacing_delay``: longest hold, seconds (0 disables pacing);
+    ``max_waiters``: most requests held at once; ``spread``: ``"schedule"``,
+    ``"jitter"`` or a :class:`SpreadPolicy`; ``max_retry_after``: cap, seconds.
+    """
+
+    def __init__(
+        self,
+        rate: float | Headroom,
+        burst: float | None = None,
+        *,
+        max_pacing_delay: float = 1.0,
+        max_waiters: int = 1000,
+        spread: str | SpreadPolicy = "schedule",
+        max_retry_after: float = 120.0,
+        max_keys: int = 100_000,
+        refresh_interval: float = 0.1,
+        now: float = 0.0,
+    ) -> None:
+        self.headroom: Headroom = StaticHeadroom(rate) if isinstance(rate, (int, float)) else rate
+        initial = positive("rate", self.headroom.rate(now))
+        burst = max(1.0, initial / 10) if burst is None else positive("burst", burst)
+        self.max_pacing_delay = non_negative("max_pacing_delay", max_pacing_delay)
+        if isinstance(max_waiters, bool) or not isinstance(max_waiters, int) or max_waiters < 0:
+            raise ConfigError("max_waiters", "must be an integer >= 0", max_waiters)
+        self.max_waiters = max_waiters
+        self.max_retry_after = positive("max_retry_after", max_retry_after)
+        if self.max_retry_after < 1:
+            raise ConfigError("max_retry_after", "must be >= 1 second", max_retry_after)
+        self.refresh_interval = positive("refresh_interval", refresh_interval)
+        # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
+        self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
+        if isinstance(spread, str):
+            spread = spread_from_name(spread, self.max_retry_after, max_keys)
+        elif not isinstance(spread, SpreadPolicy):
+            raise ConfigError("spread", "expected 'schedule', 'jitter' or a SpreadPolicy", spread)
+        self.spread: SpreadPolicy = spread
+        self.stats = GateStats()
+        self.waiters = 0
+        self._critical = _RateMeter()
+        self._next_refresh = now + self.refresh_interval
+
+    # -- rate -----------------------------------------------------------------------------
+    def refresh(self, now: float) -> None:
+        """Pull the current rate from the headroom source (cheap to call every request)."""
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.refresh_interval
+            rate = self.headroom.rate(now)
+            if rate != self.pacer.rate and rate > 0 and rate != float("inf"):
+                self.pacer.set_rate(rate, now)
+
+    def critical_rate(self, now: float) -> float:
+        """λ_new: measured rate of critical (never shed) traffic, requests/s."""
+        return self._critical.rate(now)
+
+    def shed_rate(self, now: float) -> float:
+        """The rate the sheddable cohort may come back at: H = μ − λ_new (floored)."""
+        rate = self.pacer.rate
+        return max(rate - self._critical.rate(now), rate * MIN_SHARE)
+
+    # -- decisions ------------------------------------------------------------------------
+    def try_admit(self, cost: float, priority: Priority, now: float) -> bool:
+        """Fast path: True if admitted at once (tokens taken). Critical traffic always is."""
+        if priority.critical:
+            self.pacer.charge(cost, now)
+            self._critical.add(cost, now)
+            self.stats.critical += 1
+            return True
+        keep = priority.reserve * self.pacer.burst
+        if self.pacer.try_take(cost, now, keep):
+            self.stats.admitted += 1
+            return True
+        return False
+
+    def admitted_key(self, key: Hashable | None, now: float) -> None:
+        """Tell the spreading policy that ``key`` got in (frees its slot, if any)."""
+        if key is not None:
+            self.spread.release(key, now)
+
+    def decide(self, cost: float, priority: Priority, key: Hashable | None, now: float) -> Decision:
+        """Slow path after :meth:`try_admit` failed: pace or reject."""
+        pacer = self.pacer
+        keep = priority.reserve * pacer.burst
+        if key is not None:
+            held = self.spread.slot_of(key, now)
+            if held is not None and held - now > self.max_pacing_delay:
+                return self._reject(held, now)  # early return: same slot, schedule untouched
+        if self.waiters < self.max_waiters:
+            wait = pacer.reserve(cost, now, self.max_pacing_delay, keep)
+            if wait is not None:
+                self.admitted_key(key, now)
+                self.waiters += 1
+                self.stats.paced += 1
+                return Decision(Verdict.PACE, delay=wait, rate=pacer.rate)
+        earliest = now + pacer.wait_time(cost, now, keep)
+        slot = self.spread.assign(key, now, self.shed_rate(now), earliest, cost)
+        return self._reject(slot, now)
+
+    def _reject(self, slot: float, now: float) -> Decision:
+        retry_after = min(max(1, math.ceil(slot - now - self.max_pacing_delay - 1e-9)), int(self.max_retry_after))
+        stats = self.stats
+        stats.rejected += 1
+        stats.by_retry_after[retry_after] = stats.by_retry_after.get(retry_after, 0) + 1
+        return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate)
+
+    def release_waiter(self) -> None:
+        """A paced request's hold is over: it goes on to the app."""
+        self.waiters -= 1
+
+    def abandon(self, cost: float, now: float) -> None:
+        """A paced request was given up (client gone): free its place and refund its token."""
+        self.waiters -= 1
+        self.pacer.refund(cost, now)
+        self.stats.abandoned += 1
+
+    def __repr__(self) -> str:
+        return f"Gate({self.pacer!r}, waiters={self.waiters}, horizon={self.spread.horizon(self.pacer._updated):.2f}s)"

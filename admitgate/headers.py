@@ -1,0 +1,131 @@
+"""Response headers and the problem body for gate decisions.
+
+Rejections carry:
+
+* ``Retry-After: <n>``: delay-seconds, always a positive integer (RFC 9110 §10.2.3);
+  urllib3 and httpx-retries sleep exactly this value and mishandle ``0`` and decimals.
+* ``RateLimit-Policy: "<name>";q=<quota>;w=<window>`` and ``RateLimit: "<name>";r=0;t=<n>``,
+  structured fields in the syntax of draft-ietf-httpapi-ratelimit-headers-10. ``t`` equals
+  Retry-After, so Retry-After never names a time earlier than ``t`` (draft §6).
+* optionally legacy ``X-RateLimit-Limit/-Remaining/-Reset``; our ``X-RateLimit-Reset``
+  is a *delta in seconds* (like ``t``), not the epoch timestamp some libraries send.
+* ``Access-Control-Expose-Headers`` naming them, so browser code can read them, and
+  ``Cache-Control: no-store`` (a 429 must not be cached, RFC 6585 §4).
+
+The body is ``application/problem+json`` (RFC 9457) with the draft's problem types.
+Quota ``q`` per window ``w`` describes the current headroom: ``w`` is the smallest whole
+number of seconds in which at least one request is allowed, ``q = floor(rate * w)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .errors import ConfigError
+
+Header = tuple[bytes, bytes]
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+_TITLES = {429: "Too Many Requests", 503: "Service Unavailable"}
+
+
+def sf_string(value: str) -> str:
+    """Serialise ``value`` as a structured-field String (RFC 9651 §4.1.6)."""
+    if any(not 0x20 <= ord(ch) <= 0x7E for ch in value):
+        raise ConfigError("policy_name", "must be printable ASCII", value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def quota(rate: float) -> tuple[int, int]:
+    """``(q, w)`` for a rate in requests/s: integers, ``w >= 1``, ``q >= 1``."""
+    if rate >= 1.0:
+        return int(rate), 1
+    window = math.ceil(1.0 / rate - 1e-9)
+    return max(1, int(rate * window + 1e-9)), window
+
+
+class HeaderPolicy:
+    """Renders rate-limit headers; built once, cheap per response.
+
+    ``policy_name``: the draft's policy name. ``draft``: send ``RateLimit``/``RateLimit-Policy``.
+    ``legacy``: also send ``X-RateLimit-*``. ``on_admit``: also put the rate-limit fields on
+    admitted responses. ``status``: 429 (default) or 503 for rejections.
+    """
+
+    __slots__ = ("_expose", "_name", "_policy_cache", "draft", "legacy", "on_admit", "policy_name", "status")
+
+    def __init__(
+        self,
+        *,
+        policy_name: str = "admitgate",
+        draft: bool = True,
+        legacy: bool = False,
+        on_admit: bool = False,
+        status: int = 429,
+    ) -> None:
+        if status not in _TITLES:
+            raise ConfigError("status", "must be 429 or 503", status)
+        self._name = sf_string(policy_name)
+        self.policy_name = policy_name
+        self.draft, self.legacy, self.on_admit, self.status = draft, legacy, on_admit, status
+        exposed = ["Retry-After"]
+        if draft:
+            exposed += ["RateLimit", "RateLimit-Policy"]
+        if legacy:
+            exposed += ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+        self._expose = ", ".join(exposed).encode()
+        self._policy_cache: tuple[float, bytes, bytes] = (-1.0, b"", b"")
+
+    @property
+    def expose(self) -> bytes:
+        return self._expose
+
+    def _policy(self, rate: float) -> tuple[bytes, bytes]:
+        cached = self._policy_cache
+        if cached[0] != rate:
+            q, w = quota(rate)
+            cached = (rate, f"{self._name};q={q};w={w}".encode(), str(q).encode())
+            self._policy_cache = cached
+        return cached[1], cached[2]
+
+    def limit_fields(self, rate: float, remaining: int, reset: int | None) -> list[Header]:
+        """The rate-limit fields: ``remaining`` requests now, more quota in ``reset`` s (None: now)."""
+        out: list[Header] = []
+        policy, limit = self._policy(rate)
+        if self.draft:
+            out.append((b"ratelimit-policy", policy))
+            tail = "" if reset is None else f";t={reset}"
+            out.append((b"ratelimit", f"{self._name};r={remaining}{tail}".encode()))
+        if self.legacy:
+            out.append((b"x-ratelimit-limit", limit))
+            out.append((b"x-ratelimit-remaining", str(remaining).encode()))
+            out.append((b"x-ratelimit-reset", str(0 if reset is None else reset).encode()))
+        return out
+
+    def rejection(self, retry_after: int, rate: float) -> tuple[list[Header], bytes]:
+        """Headers and body for a rejection with a ``retry_after`` of whole seconds (>= 1)."""
+        body = problem_body(self.status, retry_after, self.policy_name)
+        headers = [
+            (b"content-type", b"application/problem+json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(retry_after).encode()),
+            (b"cache-control", b"no-store"),
+            *self.limit_fields(rate, 0, retry_after),
+            (b"access-control-expose-headers", self._expose),
+        ]
+        return headers, body
+
+
+def problem_body(status: int, retry_after: int, policy: str = "admitgate") -> bytes:
+    """An RFC 9457 problem document for a rejection."""
+    doc = {
+        "type": QUOTA_EXCEEDED if status == 429 else REDUCED_CAPACITY,
+        "title": _TITLES[status],
+        "status": status,
+        "detail": f"The service is at capacity; retry in {retry_after} s.",
+        "retry-after": retry_after,
+        "violated-policies": [policy],
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()

@@ -1,0 +1,64 @@
+"""Bounded per-key state: entries expire, and the map never holds more than ``max_keys``.
+
+Every key an attacker can mint (a connection, a header value, a ticket id) ends up
+here, so the map is bounded twice over: each entry carries an expiry time, and
+inserting beyond ``max_keys`` evicts the oldest insertion. Work per call is O(1)
+amortised: each insert also sweeps at most two expired entries from the old end.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from .errors import ConfigError
+
+V = TypeVar("V")
+
+
+class BoundedExpiringMap(Generic[V]):
+    """``key -> (expires_at, value)`` with lazy expiry and an insertion-order size cap."""
+
+    __slots__ = ("_data", "evicted", "max_keys")
+
+    def __init__(self, max_keys: int = 100_000) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ConfigError("max_keys", "must be an integer >= 1", max_keys)
+        self.max_keys = max_keys
+        self.evicted = 0  #: entries dropped by the size cap (not by expiry)
+        self._data: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Hashable, now: float) -> V | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        if item[0] <= now:
+            del self._data[key]
+            return None
+        return item[1]
+
+    def put(self, key: Hashable, value: V, expires_at: float, now: float) -> None:
+        data = self._data
+        data[key] = (expires_at, value)
+        data.move_to_end(key)
+        for _ in range(2):  # amortised sweep of the oldest insertions
+            oldest = next(iter(data.values()))
+            if oldest[0] > now:
+                break
+            data.popitem(last=False)
+        while len(data) > self.max_keys:
+            data.popitem(last=False)
+            self.evicted += 1
+
+    def pop(self, key: Hashable, now: float) -> V | None:
+        item = self._data.pop(key, None)
+        if item is None or item[0] <= now:
+            return None
+        return item[1]
+
+    def clear(self) -> None:
+        self._data.clear()

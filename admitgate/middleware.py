@@ -1,0 +1,229 @@
+"""``AdmitGate``: the pure-ASGI admission middleware.
+
+    app.add_middleware(AdmitGate, rate=200, routes={"/search": {"cost": 2}})
+
+Per HTTP request it admits, paces (holds the request until its reserved token
+exists, at most ``max_pacing_delay`` s), or rejects with 429 (or 503), a computed
+Retry-After that spreads the rejected cohort, rate-limit fields and a problem body.
+Lifespan and other scope types pass straight through; websocket handshakes are
+gated only with ``gate_websockets=True``. Exceptions from the app propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, MutableMapping
+from typing import Any
+
+import anyio
+
+from .clock import Clock
+from .errors import ConfigError
+from .gate import Gate, Verdict
+from .headers import HeaderPolicy
+from .headroom import Headroom
+from .identity import KeyFunc, header_value, key_from_config
+from .routing import Priority, Router, Rule
+from .spread import SLOT_GRACE, SpreadPolicy
+from .ticket import RetryTicket, cookie_ticket
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class AdmitGate:
+    """Admission control for an ASGI app.
+
+    ``rate`` (requests/s, or a :class:`~admitgate.headroom.Headroom`) and ``burst`` size
+    the token pacer; ``routes`` maps route templates to ``{"cost": .., "class": ..}``;
+    ``exempt`` lists templates never gated; ``key`` picks the client identity
+    (``"connection"``, ``"header:x-api-key"`` or a callable); ``trusted_hops`` is the
+    number of proxies whose forwarding headers are believed; ``ticket`` enables the
+    signed retry cookie (``True``, or the shared secret as bytes); ``headers`` is the
+    :class:`~admitgate.headers.HeaderPolicy`. ``clock`` reads monotonic seconds,
+    ``wall_clock`` Unix seconds (for ticket expiry). Pass ``gate`` to share a
+    :class:`~admitgate.gate.Gate` (the simulator and tests do).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        rate: float | Headroom = 100.0,
+        burst: float | None = None,
+        max_pacing_delay: float = 1.0,
+        max_waiters: int = 1000,
+        spread: str | SpreadPolicy = "schedule",
+        max_retry_after: float = 120.0,
+        routes: Mapping[str, Mapping[str, object] | Rule] | None = None,
+        exempt: Iterable[str] = ("/health", "/healthz", "/metrics"),
+        classes: Mapping[str, Priority] | None = None,
+        default_class: str = "default",
+        key: str | KeyFunc = "connection",
+        trusted_hops: int = 0,
+        ticket: bool | bytes = True,
+        headers: HeaderPolicy | None = None,
+        gate_websockets: bool = False,
+        max_keys: int = 100_000,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        gate: Gate | None = None,
+    ) -> None:
+        self.app = app
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.gate = gate or Gate(
+            rate,
+            burst,
+            max_pacing_delay=max_pacing_delay,
+            max_waiters=max_waiters,
+            spread=spread,
+            max_retry_after=max_retry_after,
+            max_keys=max_keys,
+            now=clock(),
+        )
+        self.router = Router(routes, exempt, default_class=default_class, classes=classes)
+        burst_now = self.gate.pacer.burst
+        for rule in [*self.router.rules, self.router.default]:
+            usable = burst_now * (1 - rule.priority.reserve)
+            if not rule.exempt and not rule.priority.critical and rule.cost > usable:
+                raise ConfigError("burst", f"{burst_now:g} tokens cannot admit cost {rule.cost:g} of {rule.template!r}")
+        self.key_func = key_from_config(key, trusted_hops)
+        self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
+        self.headers = headers or HeaderPolicy()
+        self.gate_websockets = bool(gate_websockets)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "websocket" and self.gate_websockets:
+                await self._websocket(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        rule = self.router.resolve(scope["path"])
+        if rule.exempt:
+            await self.app(scope, receive, send)
+            return
+        gate = self.gate
+        now = self.clock()
+        gate.refresh(now)
+        if gate.try_admit(rule.cost, rule.priority, now):
+            if gate.spread.holders:
+                gate.admitted_key(self.identify(scope, now), now)
+            if self.headers.on_admit:
+                send = self._with_limit_fields(send)
+            await self.app(scope, receive, send)
+            return
+        ident = self.identify(scope, now)
+        decision = gate.decide(rule.cost, rule.priority, ident, now)
+        if decision.verdict is Verdict.PACE:
+            receive = await self._hold(receive, decision.delay, rule.cost)
+            if receive is not None:
+                await self.app(scope, receive, send if not self.headers.on_admit else self._with_limit_fields(send))
+            return
+        await self._reject(send, decision.retry_after, decision.rate, ident, now)
+
+    # -- identity -------------------------------------------------------------------------
+    def identify(self, scope: Scope, now: float) -> Hashable | None:
+        """The booking key: a valid retry ticket's id, else a digest of ``key_func(scope)``."""
+        if self.ticket is not None:
+            cookies = header_value(scope, b"cookie")
+            if cookies is not None:
+                raw = cookie_ticket(cookies)
+                if raw is not None:
+                    ticket_id = self.ticket.verify(raw, self.wall_clock())
+                    if ticket_id is not None:
+                        return ticket_id
+        try:
+            key = self.key_func(scope)
+        except Exception:  # a user key function must not turn into a 500
+            return None
+        if key is None:
+            return None
+        return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+    # -- pacing ---------------------------------------------------------------------------
+    async def _hold(self, receive: Receive, delay: float, cost: float) -> Receive | None:
+        """Hold for ``delay`` s, watching for a disconnect; None if the client left."""
+        buffered: list[Message] = []
+        gone = False
+        try:
+            with anyio.move_on_after(delay):
+                while True:
+                    message = await receive()
+                    buffered.append(message)
+                    if message["type"] == "http.disconnect":
+                        gone = True
+                        break
+        except BaseException:
+            self.gate.abandon(cost, self.clock())
+            raise
+        if gone:
+            self.gate.abandon(cost, self.clock())
+            return None
+        self.gate.release_waiter()
+        if not buffered:
+            return receive
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        return replay
+
+    # -- responses ------------------------------------------------------------------------
+    async def _reject(self, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float) -> None:
+        headers, body = self.headers.rejection(retry_after, rate)
+        if self.ticket is not None and isinstance(ident, str):
+            max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
+            headers.append((b"set-cookie", self.ticket.set_cookie(ident, self.wall_clock(), max_age)))
+        await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _with_limit_fields(self, send: Send) -> Send:
+        gate, policy, clock = self.gate, self.headers, self.clock
+
+        async def send_with_fields(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                now = clock()
+                tokens = gate.pacer.tokens(now)
+                remaining = max(0, int(tokens))
+                reset = None if remaining else max(1, math.ceil(gate.pacer.wait_time(1.0, now)))
+                fields = policy.limit_fields(gate.pacer.rate, remaining, reset)
+                fields.append((b"access-control-expose-headers", policy.expose))
+                message["headers"] = [*message.get("headers", ()), *fields]
+            await send(message)
+
+        return send_with_fields
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rule = self.router.resolve(scope["path"])
+        gate = self.gate
+        now = self.clock()
+        if rule.exempt or gate.try_admit(rule.cost, rule.priority, now):
+            await self.app(scope, receive, send)
+            return
+        decision = gate.decide(rule.cost, rule.priority, self.identify(scope, now), now)
+        if decision.verdict is Verdict.PACE:
+            try:
+                await anyio.sleep(decision.delay)
+            except BaseException:
+                gate.abandon(rule.cost, self.clock())
+                raise
+            gate.release_waiter()
+            await self.app(scope, receive, send)
+            return
+        message = await receive()  # websocket.connect
+        if message["type"] != "websocket.connect":
+            return
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            headers, body = self.headers.rejection(decision.retry_after, decision.rate)
+            start = {"type": "websocket.http.response.start", "status": self.headers.status, "headers": headers}
+            await send(start)
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1013, "reason": "try again later"})

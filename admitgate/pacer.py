@@ -1,0 +1,111 @@
+"""Token pacer: a token bucket whose refill rate (the headroom H) can change at any time.
+
+The bucket holds up to ``burst`` tokens and refills at ``rate`` tokens per second.
+Tokens may go *negative*: a paced request reserves a token that will only exist a
+little later, and a critical request is charged even when the bucket is empty
+(it is served against capacity first). Every method takes ``now`` (seconds, from
+an injected clock) and does O(1) work; nothing reads time or does I/O here.
+
+Rate changes are exact: tokens accrued at the old rate up to ``now`` are kept,
+and the new rate applies from ``now`` on.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError, non_negative, positive
+
+
+class TokenPacer:
+    """Token bucket with a changeable rate, reservations and a debt floor.
+
+    ``rate``: tokens/s (requests/s for cost 1). ``burst``: bucket size in tokens.
+    ``max_debt``: how far below zero reservations and forced charges may drive
+    the bucket, in tokens. The bucket starts full.
+
+    Guarantee: if every admission takes its tokens through :meth:`try_take` or
+    :meth:`reserve` (and a reservation is only used after its delay), the cost
+    admitted in any interval of length t is at most ``rate*t + burst``.
+    """
+
+    __slots__ = ("_burst", "_floor", "_rate", "_tokens", "_updated")
+
+    def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
+        self._rate = positive("rate", rate)
+        self._burst = positive("burst", burst)
+        debt = self._burst if max_debt is None else non_negative("max_debt", max_debt)
+        self._floor = -debt
+        self._tokens = self._burst
+        self._updated = now
+
+    @property
+    def rate(self) -> float:
+        """Refill rate in tokens per second."""
+        return self._rate
+
+    @property
+    def burst(self) -> float:
+        """Bucket capacity in tokens."""
+        return self._burst
+
+    def _refill(self, now: float) -> float:
+        if now > self._updated:
+            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
+            self._updated = now
+        return self._tokens
+
+    def set_rate(self, rate: float, now: float) -> None:
+        """Change the refill rate at ``now``; tokens accrued so far keep the old rate."""
+        if not rate > 0 or rate == float("inf"):
+            raise ConfigError("rate", "must be a finite number > 0", rate)
+        self._refill(now)
+        self._rate = float(rate)
+
+    def set_burst(self, burst: float, now: float) -> None:
+        """Change the bucket size at ``now`` (tokens above the new size are dropped)."""
+        self._burst = positive("burst", burst)
+        self._refill(now)
+        self._tokens = min(self._tokens, self._burst)
+
+    def tokens(self, now: float) -> float:
+        """Tokens in the bucket at ``now`` (negative while reservations are outstanding)."""
+        return self._refill(now)
+
+    def try_take(self, cost: float, now: float, keep: float = 0.0) -> bool:
+        """Take ``cost`` tokens if that leaves at least ``keep`` in the bucket."""
+        tokens = self._refill(now)
+        if tokens - cost >= keep:
+            self._tokens = tokens - cost
+            return True
+        return False
+
+    def wait_time(self, cost: float, now: float, keep: float = 0.0) -> float:
+        """Seconds from ``now`` until ``cost`` tokens can be taken leaving ``keep``; 0.0 if now."""
+        missing = cost + keep - self._refill(now)
+        return missing / self._rate if missing > 0 else 0.0
+
+    def reserve(self, cost: float, now: float, max_wait: float, keep: float = 0.0) -> float | None:
+        """Reserve ``cost`` tokens that will exist within ``max_wait`` seconds.
+
+        Returns the wait in seconds (0.0 when the tokens are there now) and charges
+        the bucket at once, so later callers queue behind this one; returns None and
+        charges nothing if the wait would exceed ``max_wait`` or the debt floor.
+        """
+        tokens = self._refill(now)
+        missing = cost + keep - tokens
+        wait = missing / self._rate if missing > 0 else 0.0
+        if wait > max_wait or tokens - cost < self._floor:
+            return None
+        self._tokens = tokens - cost
+        return wait
+
+    def charge(self, cost: float, now: float) -> None:
+        """Take ``cost`` unconditionally (critical traffic), never below the debt floor."""
+        self._tokens = max(self._floor, self._refill(now) - cost)
+
+    def refund(self, cost: float, now: float) -> None:
+        """Give back ``cost`` tokens of a reservation that was not used."""
+        self._tokens = min(self._burst, self._refill(now) + cost)
+
+    def __repr__(self) -> str:
+        state = f"tokens={self._tokens:.3f}@{self._updated:.3f}"
+        return f"TokenPacer(rate={self._rate:g}/s, burst={self._burst:g}, {state})"
