@@ -8,10 +8,12 @@ The fast path is :meth:`Gate.try_admit` (one bucket update). When it fails,
 :meth:`Gate.decide` either *paces* the request (reserves a token that will exist
 within ``max_pacing_delay`` seconds, if fewer than ``max_waiters`` are already held)
 or *rejects* it with a slot from the spreading policy. The Retry-After of a slot at
-``s`` is ``ceil(s - now - max_pacing_delay)``, at least 1: a client may arrive up to
-one pacing delay before its slot because the gate will hold it until its token
-exists. With pacing of at least a second this fills the whole-second gaps that an
-integer Retry-After would otherwise leave, so the cohort drains at the full rate.
+``s`` is ``ceil(s - now - lead)``, at least 1, where ``lead = min(1 s, max_pacing_delay)``:
+a client is told to come back up to a second *before* its slot, because the gate will
+hold it until its token exists. Whole-second Retry-After values would otherwise leave
+tokens unused between returns; with the lead, returns always precede their tokens and
+the cohort drains at the full rate. Pacing longer than the lead (default 1.5 s vs 1 s)
+leaves slack for clients that come back a little late or bunched.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Gate:
         rate: float | Headroom,
         burst: float | None = None,
         *,
-        max_pacing_delay: float = 1.0,
+        max_pacing_delay: float = 1.5,
         max_waiters: int = 1000,
         spread: str | SpreadPolicy = "schedule",
         max_retry_after: float = 120.0,
@@ -104,6 +106,7 @@ class Gate:
         initial = positive("rate", self.headroom.rate(now))
         burst = max(1.0, initial / 10) if burst is None else positive("burst", burst)
         self.max_pacing_delay = non_negative("max_pacing_delay", max_pacing_delay)
+        self.lead = min(1.0, self.max_pacing_delay)  # how early before its slot a client is told to return
         if isinstance(max_waiters, bool) or not isinstance(max_waiters, int) or max_waiters < 0:
             raise ConfigError("max_waiters", "must be an integer >= 0", max_waiters)
         self.max_waiters = max_waiters
@@ -180,7 +183,7 @@ class Gate:
         return self._reject(slot, now)
 
     def _reject(self, slot: float, now: float) -> Decision:
-        retry_after = min(max(1, math.ceil(slot - now - self.max_pacing_delay - 1e-9)), int(self.max_retry_after))
+        retry_after = min(max(1, math.ceil(slot - now - self.lead - 1e-9)), int(self.max_retry_after))
         stats = self.stats
         stats.rejected += 1
         stats.by_retry_after[retry_after] = stats.by_retry_after.get(retry_after, 0) + 1

@@ -56,7 +56,7 @@ class AdmitGate:
         *,
         rate: float | Headroom = 100.0,
         burst: float | None = None,
-        max_pacing_delay: float = 1.0,
+        max_pacing_delay: float = 1.5,
         max_waiters: int = 1000,
         spread: str | SpreadPolicy = "schedule",
         max_retry_after: float = 120.0,

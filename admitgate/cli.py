@@ -1,0 +1,115 @@
+"""The ``admitgate`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from .errors import ConfigError
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        print("admitgate demo needs uvicorn and httpx: pip install 'admitgate[server]'", file=sys.stderr)
+        return 2
+    from .demo import Upstream
+
+    upstream = Upstream(args.workers, args.service_time, args.queue_timeout)
+    capacity = upstream.capacity
+    if args.herd:
+        return _demo_herd(args, capacity)
+    import uvicorn
+
+    from .demo import demo_app
+
+    options = {"spread": args.spread} if args.gate == "admitgate" else {}
+    app = demo_app(upstream, gate=args.gate, **options)
+    if not args.quiet:
+        print(f"admitgate demo: /work has capacity {capacity:g} req/s; gate={args.gate}; http://{args.host}:{args.port}")
+    # Keep idle connections well past the largest Retry-After, so returning clients keep their connection key.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, timeout_keep_alive=75)
+    return 0
+
+
+def _server_args(args: argparse.Namespace) -> list[str]:
+    return [
+        "--gate", args.gate, "--spread", args.spread, "--workers", str(args.workers),
+        "--service-time", str(args.service_time), "--queue-timeout", str(args.queue_timeout),
+    ]  # fmt: skip
+
+
+def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
+    from .herd import run_herd, summarise
+    from .serving import demo_server, pin
+
+    headroom = capacity - args.background
+    with demo_server(_server_args(args), cpu=0) as base:
+        pin(1)
+        result = asyncio.run(
+            run_herd(
+                base,
+                args.herd,
+                ignore_fraction=args.ignore_fraction,
+                recognisable=not args.unrecognisable,
+                background_rate=args.background,
+                deadline=args.deadline,
+            )
+        )
+    summary = summarise(result, headroom)
+    summary["gate"] = args.gate
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary, capacity, args.background)
+    return 0 if summary["finished"] == summary["clients"] else 1
+
+
+def _print_summary(s: dict[str, object], capacity: float, background: float) -> None:
+    print(f"herd of {s['clients']} clients vs capacity {capacity:g} req/s with {background:g} req/s background")
+    print(f"  gate                  {s['gate']}")
+    print(f"  finished              {s['finished']}/{s['clients']}")
+    print(f"  drain time            {s['drain_s']} s   (M/H = {s['bound_s']} s, ratio {s['drain_ratio']})")
+    print(f"  edge arrivals/s       mean {s['edge_per_s_mean']}, peak/avg {s['edge_peak_to_avg']}")
+    print(f"  attempts              {s['attempts']}   status counts {s['status_counts']}")
+    print(f"  5xx                   {s['server_5xx']}")
+    ra = (s["retry_after_min"], s["retry_after_p50"], s["retry_after_max"])
+    print(f"  Retry-After min/p50/max  {ra[0]} / {ra[1]} / {ra[2]} s")
+    print(f"  herd latency p50/p99  {s['herd_latency_p50_s']} / {s['herd_latency_p99_s']} s")
+    print(f"  background success    {s['background_success']}, p99 {s['background_p99_s']} s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="admitgate", description="ASGI admission control that spreads herds.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="serve the demo app behind the gate, or fire a herd at it (--herd N)")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--gate", choices=["admitgate", "none", "slowapi"], default="admitgate")
+    demo.add_argument("--spread", choices=["schedule", "jitter"], default="schedule")
+    demo.add_argument("--workers", type=int, default=20, help="upstream workers K (default 20)")
+    demo.add_argument("--service-time", type=float, default=0.1, help="seconds per request (default 0.1)")
+    demo.add_argument("--queue-timeout", type=float, default=1.0, help="503 after waiting this long for a worker")
+    demo.add_argument("--herd", type=int, default=0, metavar="N", help="release N obeying clients and summarise")
+    demo.add_argument("--background", type=float, default=20.0, help="critical background req/s during the herd")
+    demo.add_argument("--ignore-fraction", type=float, default=0.0, help="share of clients ignoring Retry-After")
+    demo.add_argument("--unrecognisable", action="store_true", help="new connection per try, no cookies")
+    demo.add_argument("--deadline", type=float, default=90.0, help="bound on the herd run, seconds")
+    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--quiet", action="store_true")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2

@@ -1,0 +1,230 @@
+"""A real-network thundering herd: N HTTP clients released at one instant.
+
+Each client sends ``GET /work`` until it gets a 2xx, behaving as ``policy`` says on
+429/503: ``"obey"`` sleeps exactly Retry-After (as urllib3 and httpx-retries do) or,
+without one, a capped exponential backoff with full jitter; ``"ignore"`` retries
+every ``ignore_interval`` s. A background stream of ``background_rate`` requests/s
+(Poisson) goes to ``/status`` meanwhile. Every attempt is recorded and
+:func:`summarise` turns the records into the herd figures. The run is bounded by
+``deadline`` seconds and only ever targets the given (loopback) base URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+import time
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Attempt:
+    client: int  # -1 for background traffic
+    sent: float  # seconds since release
+    done: float
+    status: int  # 0: transport error
+    retry_after: int | None
+
+
+@dataclass(slots=True)
+class HerdResult:
+    clients: int
+    attempts: list[Attempt] = field(default_factory=list)
+    finished: dict[int, float] = field(default_factory=dict)  # client -> time of its 2xx
+
+
+class _Http1:
+    """A lean HTTP/1.1 GET client on asyncio streams: the load generator must not be the bottleneck.
+
+    One connection, kept alive when ``keep_alive``; echoes the gate's retry cookie when
+    ``cookies``. Returns (status, Retry-After or None); status 0 on any transport error.
+    """
+
+    __slots__ = ("_cookie", "_reader", "_writer", "cookies", "host", "keep_alive", "port")
+
+    def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True) -> None:
+        self.host, self.port, self.keep_alive, self.cookies = host, port, keep_alive, cookies
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._cookie = b""
+
+    async def get(self, path: str, timeout: float = 30.0) -> tuple[int, int | None]:
+        try:
+            return await asyncio.wait_for(self._get(path), timeout)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            self.close()
+            return 0, None
+
+    async def _get(self, path: str) -> tuple[int, int | None]:
+        reused = self._writer is not None
+        try:
+            return await self._exchange(path)
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            self.close()
+            if not reused:
+                raise ValueError("no response") from None
+            return await self._exchange(path)  # the server closed an idle keep-alive connection
+
+    async def _exchange(self, path: str) -> tuple[int, int | None]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._reader, self._writer
+        assert reader is not None
+        head = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host.encode() + b"\r\n"
+        if self._cookie:
+            head += b"Cookie: " + self._cookie + b"\r\n"
+        if not self.keep_alive:
+            head += b"Connection: close\r\n"
+        writer.write(head + b"\r\n")
+        status = int((await reader.readline()).split(b" ", 2)[1])
+        length, retry_after, close = 0, None, not self.keep_alive
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"retry-after" and value.isdigit():
+                retry_after = int(value)
+            elif name == b"set-cookie" and self.cookies:
+                self._cookie = value.split(b";", 1)[0]
+            elif name == b"connection" and value.lower() == b"close":
+                close = True
+        if length:
+            await reader.readexactly(length)
+        if close:
+            self.close()
+        return status, retry_after
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+async def run_herd(
+    base_url: str,
+    clients: int = 2000,
+    *,
+    ignore_fraction: float = 0.0,
+    ignore_interval: float = 0.1,
+    recognisable: bool = True,
+    background_rate: float = 20.0,
+    deadline: float = 60.0,
+    warmup: float = 3.0,
+    seed: int = 1,
+) -> HerdResult:
+    """Release ``clients`` at once against ``base_url``; see the module docstring.
+
+    ``recognisable=False`` makes each attempt a new connection without cookies, so the
+    gate cannot tell a returning client from a new one. Background traffic starts
+    ``warmup`` seconds before the release, as steady traffic would be.
+    """
+    rng = random.Random(seed)
+    result = HerdResult(clients)
+    url = urllib.parse.urlsplit(base_url)
+    host, port = url.hostname or "127.0.0.1", url.port or 80
+    pool = [_Http1(host, port, keep_alive=recognisable, cookies=recognisable) for _ in range(clients)]
+    ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
+    release = time.monotonic() + warmup
+    stop_at = release + deadline
+
+    async def one(index: int, client: _Http1) -> None:
+        attempt = 0
+        while time.monotonic() < stop_at:
+            sent = time.monotonic() - release
+            status, retry_after = await client.get("/work")
+            done = time.monotonic() - release
+            result.attempts.append(Attempt(index, sent, done, status, retry_after))
+            if 200 <= status < 300:
+                result.finished[index] = done
+                client.close()
+                return
+            attempt += 1
+            if index in ignorers:
+                delay = ignore_interval
+            elif retry_after is not None:
+                delay = float(retry_after)
+            else:
+                delay = rng.uniform(0, min(5.0, 0.1 * 2**attempt))
+            await asyncio.sleep(max(0.0, min(delay, stop_at - time.monotonic())))
+
+    async def background(until: asyncio.Event) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def fire() -> None:
+            sent = time.monotonic() - release
+            status, _ = await _Http1(host, port, keep_alive=False).get("/status")
+            result.attempts.append(Attempt(-1, sent, time.monotonic() - release, status, None))
+
+        while not until.is_set() and background_rate > 0 and time.monotonic() < stop_at:
+            task = asyncio.ensure_future(fire())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            await asyncio.sleep(rng.expovariate(background_rate))
+        if tasks:
+            await asyncio.wait(tasks)
+
+    herd_done = asyncio.Event()
+    bg = asyncio.ensure_future(background(herd_done))
+    await asyncio.sleep(max(0.0, release - time.monotonic()))
+    try:
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(pool)))
+    finally:
+        herd_done.set()
+        await bg
+        for c in pool:
+            c.close()
+    return result
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
+    """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H.
+
+    Edge peak-to-average uses the herd's attempts per whole second from second 1 (after
+    the release itself) to the last whole second of the drain.
+    """
+    herd = [a for a in result.attempts if a.client >= 0]
+    bg = [a for a in result.attempts if a.client < 0 and a.sent >= 0]
+    drain = max(result.finished.values()) if len(result.finished) == result.clients else float("inf")
+    horizon = drain if math.isfinite(drain) else max((a.done for a in herd), default=0.0)
+    per_second = Counter(int(a.sent) for a in herd)
+    window = [per_second.get(s, 0) for s in range(1, max(2, int(horizon)))]
+    mean = statistics.fmean(window) if window else 0.0
+    retry_afters = [a.retry_after for a in herd if a.retry_after is not None]
+    ok_latency = [a.done - a.sent for a in herd if 200 <= a.status < 300]
+    bg_ok = [a for a in bg if 200 <= a.status < 300]
+    bound = result.clients / headroom
+    return {
+        "clients": result.clients,
+        "finished": len(result.finished),
+        "drain_s": round(drain, 3),
+        "bound_s": round(bound, 3),
+        "drain_ratio": round(drain / bound, 3),
+        "attempts": len(herd),
+        "edge_peak_to_avg": round(max(window) / mean, 3) if mean else None,
+        "edge_per_s_mean": round(mean, 1),
+        "status_counts": dict(sorted(Counter(a.status for a in herd + bg).items())),
+        "server_5xx": sum(1 for a in herd + bg if a.status >= 500),
+        "retry_after_min": min(retry_afters, default=None),
+        "retry_after_p50": _percentile([float(r) for r in retry_afters], 0.5) if retry_afters else None,
+        "retry_after_max": max(retry_afters, default=None),
+        "herd_latency_p50_s": round(_percentile(ok_latency, 0.5), 3) if ok_latency else None,
+        "herd_latency_p99_s": round(_percentile(ok_latency, 0.99), 3) if ok_latency else None,
+        "background_success": round(len(bg_ok) / len(bg), 3) if bg else None,
+        "background_p99_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.99), 3) if bg_ok else None,
+    }

@@ -1,0 +1,55 @@
+"""Start the demo service in a child process on loopback, pinned to its own core."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pin(cpu: int) -> None:
+    """Pin this process to ``cpu`` when the machine has more than one core (no-op otherwise)."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > cpu:
+        os.sched_setaffinity(0, {cpu})
+
+
+@contextlib.contextmanager
+def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[str]:
+    """Run ``admitgate demo`` (serving only) on a free loopback port; yield its base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "admitgate", "demo", "--port", str(port), "--quiet", *args]
+    proc = subprocess.Popen(cmd, preexec_fn=lambda: pin(cpu))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"demo server exited with {proc.returncode}")
+            try:
+                if httpx.get(base + "/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("demo server did not become ready")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
