@@ -1,0 +1,81 @@
+import json
+
+import pytest
+from http_sfv import List
+from hypothesis import given
+from hypothesis import strategies as st
+
+from admitgate import ConfigError, HeaderPolicy
+from admitgate.headers import QUOTA_EXCEEDED, REDUCED_CAPACITY, quota
+
+
+def as_dict(headers):
+    return {k.decode(): v.decode() for k, v in headers}
+
+
+def test_golden_rejection_headers() -> None:
+    headers, body = HeaderPolicy().rejection(7, 180.0)
+    assert headers[:4] == [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"7"),
+        (b"cache-control", b"no-store"),
+    ]
+    h = as_dict(headers)
+    assert h["ratelimit-policy"] == '"admitgate";q=180;w=1'
+    assert h["ratelimit"] == '"admitgate";r=0;t=7'
+    assert h["access-control-expose-headers"] == "Retry-After, RateLimit, RateLimit-Policy"
+    assert "x-ratelimit-limit" not in h
+
+
+def test_golden_legacy_headers() -> None:
+    h = as_dict(HeaderPolicy(legacy=True, policy_name="api").rejection(3, 2.5)[0])
+    assert h["ratelimit-policy"] == '"api";q=2;w=1'
+    assert (h["x-ratelimit-limit"], h["x-ratelimit-remaining"], h["x-ratelimit-reset"]) == ("2", "0", "3")
+    assert h["access-control-expose-headers"].endswith("X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset")
+
+
+def test_problem_body_follows_rfc_9457() -> None:
+    _, body = HeaderPolicy().rejection(4, 10.0)
+    doc = json.loads(body)
+    assert doc["type"] == QUOTA_EXCEEDED and doc["status"] == 429 and doc["title"] == "Too Many Requests"
+    assert doc["violated-policies"] == ["admitgate"]
+    _, body = HeaderPolicy(status=503).rejection(4, 10.0)
+    assert json.loads(body)["type"] == REDUCED_CAPACITY
+
+
+def test_admitted_fields() -> None:
+    p = HeaderPolicy()
+    assert as_dict(p.limit_fields(50.0, 12, None)) == {"ratelimit-policy": '"admitgate";q=50;w=1',
+                                                       "ratelimit": '"admitgate";r=12'}  # fmt: skip
+    assert as_dict(p.limit_fields(50.0, 0, 1))["ratelimit"] == '"admitgate";r=0;t=1'
+
+
+@pytest.mark.parametrize(("rate", "expected"), [(200.0, (200, 1)), (1.0, (1, 1)), (0.5, (1, 2)), (0.3, (1, 4)),
+                                                (1.9, (1, 1))])  # fmt: skip
+def test_quota_is_integral_with_a_non_zero_window(rate: float, expected: tuple[int, int]) -> None:
+    assert quota(rate) == expected
+
+
+def test_bad_config() -> None:
+    with pytest.raises(ConfigError, match="status"):
+        HeaderPolicy(status=500)
+    with pytest.raises(ConfigError, match="policy_name"):
+        HeaderPolicy(policy_name="caf\u00e9")
+
+
+@given(
+    retry_after=st.integers(1, 10**6),
+    rate=st.floats(0.001, 1e6),
+    name=st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=30),
+)
+def test_fields_are_valid_structured_fields_and_retry_after_is_not_before_t(retry_after, rate, name) -> None:
+    headers = as_dict(HeaderPolicy(policy_name=name).rejection(retry_after, rate)[0])
+    policy, limit = List(), List()
+    policy.parse(headers["ratelimit-policy"].encode())
+    limit.parse(headers["ratelimit"].encode())
+    assert policy[0].value == name and limit[0].value == name
+    assert policy[0].params["q"] >= 1 and policy[0].params["w"] >= 1
+    assert limit[0].params["r"] == 0
+    assert int(headers["retry-after"]) >= limit[0].params["t"]
+    assert headers["retry-after"].isdigit() and int(headers["retry-after"]) >= 1

@@ -1,0 +1,48 @@
+"""The herd driver's arithmetic, and a small real herd through the demo server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from admitgate.herd import Attempt, HerdResult, summarise
+
+
+def test_summary_arithmetic() -> None:
+    r = HerdResult(clients=3)
+    r.attempts = [
+        Attempt(0, 0.0, 0.1, 429, 2), Attempt(1, 0.0, 0.1, 429, 3), Attempt(2, 0.0, 0.1, 200, None),
+        Attempt(0, 1.2, 1.3, 200, None), Attempt(1, 2.1, 2.2, 503, None), Attempt(1, 3.5, 4.0, 200, None),
+        Attempt(-1, 0.5, 0.6, 200, None), Attempt(-1, -1.0, -0.9, 200, None),  # warm-up traffic is left out
+    ]  # fmt: skip
+    r.finished = {2: 0.1, 0: 1.3, 1: 4.0}
+    s = summarise(r, headroom=1.5)
+    assert s["drain_s"] == 4.0 and s["bound_s"] == 2.0 and s["drain_ratio"] == 2.0
+    assert s["edge_per_s_mean"] == 1.0 and s["edge_peak_to_avg"] == 1.0  # seconds 1, 2, 3: one try each
+    assert s["server_5xx"] == 1 and s["status_counts"] == {200: 4, 429: 2, 503: 1}
+    assert (s["retry_after_min"], s["retry_after_max"]) == (2, 3)
+    assert s["background_success"] == 1.0
+
+
+def test_unfinished_herd_has_infinite_drain() -> None:
+    r = HerdResult(clients=2)
+    r.attempts = [Attempt(0, 0.0, 0.1, 200, None), Attempt(1, 0.0, 0.1, 429, 5)]
+    r.finished = {0: 0.1}
+    assert summarise(r, 10.0)["drain_s"] == float("inf")
+
+
+@pytest.mark.server
+def test_demo_herd_drains_with_no_5xx() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "admitgate", "demo", "--herd", "800", "--json", "--deadline", "60"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["finished"] == 800
+    assert summary["server_5xx"] == 0
+    assert summary["retry_after_min"] >= 1  # the herd overflowed the pacing window and was spread
+    assert set(summary["status_counts"]) == {"200", "429"}

@@ -1,0 +1,226 @@
+"""The ASGI contract of AdmitGate, driven in-process with an injected clock."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock
+
+
+def http_scope(path="/x", client=("127.0.0.1", 4000), headers=(), method="GET"):
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "client": client,
+            "server": ("127.0.0.1", 8000), "headers": list(headers)}  # fmt: skip
+
+
+async def call(app, scope, messages=None):
+    """Run one request through ``app``; return (status, headers dict, body)."""
+    inbox = list(messages or [{"type": "http.request", "body": b"", "more_body": False}])
+    sent = []
+
+    async def receive():
+        if inbox:
+            return inbox.pop(0)
+        await anyio.sleep_forever()
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body
+
+
+class Recorder:
+    """An ASGI app that records calls and echoes the request body."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]})
+        await send({"type": "http.response.body", "body": body or b"ok"})
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_admits_then_rejects_with_the_full_header_set(clock: ManualClock) -> None:
+    inner = Recorder()
+    app = AdmitGate(inner, rate=10, burst=2, max_pacing_delay=0, clock=clock, wall_clock=lambda: 1e9)
+    assert (await call(app, http_scope()))[0] == 200
+    assert (await call(app, http_scope()))[0] == 200
+    status, headers, body = await call(app, http_scope())
+    assert status == 429 and inner.calls == 2
+    assert headers["retry-after"] == "1"
+    assert headers["ratelimit"] == '"admitgate";r=0;t=1'
+    assert headers["ratelimit-policy"] == '"admitgate";q=10;w=1'
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["set-cookie"].startswith("admitgate_rt=")
+    assert json.loads(body)["status"] == 429
+
+
+@pytest.mark.anyio
+async def test_503_and_legacy_headers_are_configurable(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, ticket=False,
+                    headers=HeaderPolicy(status=503, legacy=True))  # fmt: skip
+    await call(app, http_scope())
+    status, headers, _ = await call(app, http_scope())
+    assert status == 503 and headers["x-ratelimit-reset"] == headers["retry-after"]
+    assert "set-cookie" not in headers
+
+
+@pytest.mark.anyio
+async def test_rate_limit_fields_on_admitted_responses(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=5, burst=3, clock=clock, headers=HeaderPolicy(on_admit=True))
+    _, headers, _ = await call(app, http_scope())
+    assert headers["ratelimit"] == '"admitgate";r=2' and headers["x-app"] == "1"
+    assert "Retry-After" in headers["access-control-expose-headers"]
+
+
+@pytest.mark.anyio
+async def test_exempt_routes_and_route_costs(clock: ManualClock) -> None:
+    inner = Recorder()
+    app = AdmitGate(inner, rate=1, burst=2, max_pacing_delay=0, routes={"/heavy/{id}": {"cost": 2}}, clock=clock)
+    assert (await call(app, http_scope("/heavy/7")))[0] == 200
+    assert (await call(app, http_scope("/x")))[0] == 429  # the heavy one took both tokens
+    for _ in range(5):
+        assert (await call(app, http_scope("/health")))[0] == 200
+
+
+@pytest.mark.anyio
+async def test_pacing_holds_then_admits_and_replays_the_body(clock: ManualClock) -> None:
+    inner = Recorder()
+    app = AdmitGate(inner, rate=20, burst=1, max_pacing_delay=1.0, clock=clock)
+    await call(app, http_scope())
+    start = anyio.current_time()
+    body = [{"type": "http.request", "body": b"hel", "more_body": True},
+            {"type": "http.request", "body": b"lo", "more_body": False}]  # fmt: skip
+    status, _, echoed = await call(app, http_scope(method="POST"), body)
+    assert status == 200 and echoed == b"hello"
+    assert anyio.current_time() - start >= 0.04  # held for its token (1/20 s)
+    assert app.gate.stats.paced == 1 and app.gate.waiters == 0
+
+
+@pytest.mark.anyio
+async def test_disconnect_while_paced_releases_the_slot(clock: ManualClock) -> None:
+    inner = Recorder()
+    app = AdmitGate(inner, rate=2, burst=1, max_pacing_delay=1.0, clock=clock)
+    await call(app, http_scope())
+    sent = []
+
+    async def receive():
+        await anyio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    with anyio.fail_after(0.4):  # returns at the disconnect, not after the 0.5 s hold
+        await app(http_scope(), receive, send)
+    assert sent == [] and inner.calls == 1
+    assert app.gate.stats.abandoned == 1 and app.gate.waiters == 0
+    assert app.gate.pacer.tokens(clock()) == pytest.approx(0.0)  # the reserved token came back
+
+
+@pytest.mark.anyio
+async def test_app_exceptions_propagate_unchanged(clock: ManualClock) -> None:
+    class Boom(Exception):
+        pass
+
+    async def broken(scope, receive, send):
+        raise Boom("from the app")
+
+    app = AdmitGate(broken, rate=10, clock=clock)
+    with pytest.raises(Boom, match="from the app"):
+        await call(app, http_scope())
+
+
+@pytest.mark.anyio
+async def test_lifespan_and_other_scopes_pass_straight_through(clock: ManualClock) -> None:
+    seen = []
+
+    async def inner(scope, receive, send):
+        seen.append(scope["type"])
+
+    app = AdmitGate(inner, rate=1, burst=1, clock=clock)
+    for kind in ("lifespan", "websocket", "custom"):
+        await app({"type": kind, "path": "/"}, None, None)
+    assert seen == ["lifespan", "websocket", "custom"]
+
+
+@pytest.mark.anyio
+async def test_returning_client_with_its_ticket_keeps_its_slot_on_a_new_connection(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, wall_clock=lambda: 1e9)
+    await call(app, http_scope())
+    for port in range(5000, 5010):  # ten other clients queue first
+        await call(app, http_scope(client=("10.0.0.9", port)))
+    _, first, _ = await call(app, http_scope(client=("10.0.0.9", 6000)))
+    cookie = first["set-cookie"].split(";")[0]
+    clock.advance(0.5)
+    _, again, _ = await call(app, http_scope(client=("10.0.0.9", 6001), headers=[(b"cookie", cookie.encode())]))
+    assert again["retry-after"] == first["retry-after"] == "11"
+    assert app.gate.spread.horizon(clock()) == pytest.approx(11.5)  # not extended by the return
+
+
+@pytest.mark.anyio
+async def test_a_forged_ticket_is_not_recognised(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, wall_clock=lambda: 1e9)
+    await call(app, http_scope())
+    _, first, _ = await call(app, http_scope(client=("10.0.0.9", 1)))
+    forged = first["set-cookie"].split(";")[0][:-2] + "xx"
+    _, second, _ = await call(app, http_scope(client=("10.0.0.9", 2), headers=[(b"cookie", forged.encode())]))
+    assert int(second["retry-after"]) > int(first["retry-after"])
+
+
+@pytest.mark.anyio
+async def test_a_failing_key_function_never_fails_the_request(clock: ManualClock) -> None:
+    def bad_key(scope):
+        raise KeyError("no such header")
+
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key=bad_key, clock=clock)
+    await call(app, http_scope())
+    assert (await call(app, http_scope()))[0] == 429
+
+
+HEADER_NAMES = [b"cookie", b"x-forwarded-for", b"forwarded", b"authorization", b"x-api-key"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(HEADER_NAMES), st.binary(max_size=120)), max_size=6))
+def test_garbage_headers_never_turn_into_a_500(headers) -> None:
+    clock = ManualClock(0.0)
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, trusted_hops=2, clock=clock)
+
+    async def run():
+        return [(await call(app, http_scope(headers=headers)))[0] for _ in range(3)]
+
+    assert anyio.run(run) == [200, 429, 429]
+
+
+def test_invalid_configuration_fails_at_construction_naming_the_field() -> None:
+    cases = [({"rate": 0}, "rate"), ({"rate": -1}, "rate"), ({"spread": "lifo"}, "spread"),
+             ({"rate": 10, "burst": 1, "routes": {"/big": {"cost": 2}}}, "burst"),
+             ({"key": "ip-address"}, "key"), ({"trusted_hops": -1}, "trusted_hops")]  # fmt: skip
+    for kwargs, field in cases:
+        with pytest.raises(ConfigError) as info:
+            AdmitGate(Recorder(), **kwargs)
+        assert info.value.field == field, kwargs
+
+

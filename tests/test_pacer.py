@@ -1,0 +1,110 @@
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admitgate import ConfigError, TokenPacer
+
+
+def test_starts_full_and_takes_exactly() -> None:
+    p = TokenPacer(rate=10, burst=3, now=0.0)
+    assert [p.try_take(1, 0.0) for _ in range(4)] == [True, True, True, False]
+    assert p.tokens(0.0) == 0.0
+    assert p.tokens(0.05) == pytest.approx(0.5)
+    assert not p.try_take(1, 0.05)
+    assert p.try_take(1, 0.1)
+
+
+def test_refill_is_capped_at_burst() -> None:
+    p = TokenPacer(rate=100, burst=5, now=0.0)
+    p.try_take(5, 0.0)
+    assert p.tokens(10.0) == 5.0
+
+
+def test_rate_change_keeps_tokens_accrued_at_old_rate() -> None:
+    p = TokenPacer(rate=10, burst=100, now=0.0)
+    p.try_take(100, 0.0)
+    p.set_rate(100, now=1.0)  # 10 tokens accrued at the old rate
+    assert p.tokens(1.0) == pytest.approx(10.0)
+    assert p.tokens(1.5) == pytest.approx(60.0)  # then 50 more at the new rate
+
+
+def test_wait_time_says_when_the_next_token_exists() -> None:
+    p = TokenPacer(rate=4, burst=2, now=0.0)
+    p.try_take(2, 0.0)
+    assert p.wait_time(1, 0.0) == pytest.approx(0.25)
+    assert p.wait_time(2, 0.0) == pytest.approx(0.5)
+    assert p.wait_time(1, 0.0, keep=1) == pytest.approx(0.5)
+    assert p.wait_time(1, 1.0) == 0.0
+
+
+def test_reserve_queues_later_callers_behind_earlier_ones() -> None:
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=5)
+    assert p.reserve(1, 0.0, max_wait=1.0) == 0.0
+    assert p.reserve(1, 0.0, max_wait=1.0) == pytest.approx(0.1)
+    assert p.reserve(1, 0.0, max_wait=1.0) == pytest.approx(0.2)
+    assert p.reserve(1, 0.0, max_wait=0.25) is None  # would wait 0.3 s
+    assert p.tokens(0.0) == pytest.approx(-2.0)
+
+
+def test_reserve_respects_the_debt_floor() -> None:
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=1)
+    assert p.reserve(1, 0.0, max_wait=10) == 0.0
+    assert p.reserve(1, 0.0, max_wait=10) is not None
+    assert p.reserve(1, 0.0, max_wait=10) is None
+
+
+def test_refund_and_charge() -> None:
+    p = TokenPacer(rate=10, burst=2, now=0.0, max_debt=3)
+    p.reserve(2, 0.0, 1.0)
+    p.refund(2, 0.0)
+    assert p.tokens(0.0) == 2.0
+    p.refund(5, 0.0)
+    assert p.tokens(0.0) == 2.0  # never above burst
+    for _ in range(10):
+        p.charge(1, 0.0)
+    assert p.tokens(0.0) == -3.0  # never below the floor
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [("rate", {"rate": 0, "burst": 1}), ("rate", {"rate": -1, "burst": 1}),
+                                               ("burst", {"rate": 1, "burst": 0}), ("rate", {"rate": "x", "burst": 1}),
+                                               ("rate", {"rate": math.inf, "burst": 1})])  # fmt: skip
+def test_bad_config_names_the_field(field: str, kwargs: dict) -> None:
+    with pytest.raises(ConfigError, match=field) as info:
+        TokenPacer(**kwargs)
+    assert info.value.field == field
+
+
+def test_set_rate_rejects_non_positive() -> None:
+    p = TokenPacer(rate=1, burst=1)
+    with pytest.raises(ConfigError, match="rate"):
+        p.set_rate(0, 1.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.floats(0.5, 500),
+    burst=st.floats(1, 50),
+    gaps=st.lists(st.floats(0, 0.2), min_size=1, max_size=300),
+    costs=st.lists(st.sampled_from([1.0, 1.0, 2.0, 0.5]), min_size=1, max_size=300),
+    pace=st.floats(0, 2),
+)
+def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs, pace) -> None:
+    """Over any interval [a, b] the cost admitted (paced ones at their release time) is <= rate*(b-a) + burst."""
+    p = TokenPacer(rate, burst, now=0.0, max_debt=rate * pace + burst)
+    now, admitted = 0.0, []
+    for gap, cost in zip(gaps, costs, strict=False):
+        now += gap
+        if cost > burst:
+            continue
+        wait = p.reserve(cost, now, max_wait=pace)
+        if wait is not None:
+            admitted.append((now + wait, cost))
+    admitted.sort()
+    times = [t for t, _ in admitted]
+    for i in range(len(admitted)):
+        total = 0.0
+        for j in range(i, len(admitted)):
+            total += admitted[j][1]
+            assert total <= rate * (times[j] - times[i]) + burst + 1e-6
