@@ -52,9 +52,8 @@ class Decision:
 
 @dataclass(slots=True)
 class GateStats:
-    """Plain counters (requests), cheap to bump on the hot path."""
+    """Plain counters (requests). Admissions at once are counted by the pacer (``pacer.taken``)."""
 
-    admitted: int = 0
     paced: int = 0
     rejected: int = 0
     critical: int = 0
@@ -124,13 +123,13 @@ class Gate:
         self.stats = GateStats()
         self.waiters = 0
         self._critical = _RateMeter()
-        self._next_refresh = now + self.refresh_interval
+        self.next_refresh = now + self.refresh_interval
 
     # -- rate -----------------------------------------------------------------------------
     def refresh(self, now: float) -> None:
         """Pull the current rate from the headroom source (cheap to call every request)."""
-        if now >= self._next_refresh:
-            self._next_refresh = now + self.refresh_interval
+        if now >= self.next_refresh:
+            self.next_refresh = now + self.refresh_interval
             rate = self.headroom.rate(now)
             if rate != self.pacer.rate and rate > 0 and rate != float("inf"):
                 self.pacer.set_rate(rate, now)
@@ -147,16 +146,16 @@ class Gate:
     # -- decisions ------------------------------------------------------------------------
     def try_admit(self, cost: float, priority: Priority, now: float) -> bool:
         """Fast path: True if admitted at once (tokens taken). Critical traffic always is."""
+        if priority.plain and now < self.next_refresh:  # the common case, kept short
+            return self.pacer.try_take(cost, now)
+        self.refresh(now)
         if priority.critical:
             self.pacer.charge(cost, now)
             self._critical.add(cost, now)
             self.stats.critical += 1
             return True
-        keep = priority.reserve * self.pacer.burst
-        if self.pacer.try_take(cost, now, keep):
-            self.stats.admitted += 1
-            return True
-        return False
+        pacer = self.pacer
+        return pacer.try_take(cost, now, priority.reserve * pacer.burst)
 
     def admitted_key(self, key: Hashable | None, now: float) -> None:
         """Tell the spreading policy that ``key`` got in (frees its slot, if any)."""

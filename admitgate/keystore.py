@@ -9,7 +9,7 @@ amortised: each insert also sweeps at most two expired entries from the old end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sized
 from typing import Generic, TypeVar
 
 from .errors import ConfigError
@@ -31,6 +31,11 @@ class BoundedExpiringMap(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    @property
+    def data(self) -> Sized:
+        """The live mapping (read-only use: its truthiness and size)."""
+        return self._data
 
     def get(self, key: Hashable, now: float) -> V | None:
         item = self._data.get(key)

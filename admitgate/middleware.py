@@ -97,6 +97,12 @@ class AdmitGate:
         self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
+        # Bound once so the admit path does no attribute chasing.
+        self._exact_rule = self.router.static_rules.get
+        self._miss = self.router.miss
+        self._take = self.gate.pacer.try_take
+        self._book = self.gate.spread.book
+        self._on_admit = self.headers.on_admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -105,17 +111,20 @@ class AdmitGate:
             else:
                 await self.app(scope, receive, send)
             return
-        rule = self.router.resolve(scope["path"])
-        if rule.exempt:
-            await self.app(scope, receive, send)
-            return
+        rule = self._exact_rule(scope["path"], self._miss) or self.router.resolve(scope["path"])
         gate = self.gate
         now = self.clock()
-        gate.refresh(now)
-        if gate.try_admit(rule.cost, rule.priority, now):
-            if gate.spread.holders:
+        if rule.fast and now < gate.next_refresh:  # Gate.try_admit's common case, inlined
+            admitted = self._take(rule.cost, now)
+        elif rule.exempt:
+            await self.app(scope, receive, send)
+            return
+        else:
+            admitted = gate.try_admit(rule.cost, rule.priority, now)
+        if admitted:
+            if self._book:  # someone holds a slot: if it is this client, free it
                 gate.admitted_key(self.identify(scope, now), now)
-            if self.headers.on_admit:
+            if self._on_admit:
                 send = self._with_limit_fields(send)
             await self.app(scope, receive, send)
             return
@@ -124,7 +133,7 @@ class AdmitGate:
         if decision.verdict is Verdict.PACE:
             receive = await self._hold(receive, decision.delay, rule.cost)
             if receive is not None:
-                await self.app(scope, receive, send if not self.headers.on_admit else self._with_limit_fields(send))
+                await self.app(scope, receive, self._with_limit_fields(send) if self._on_admit else send)
             return
         await self._reject(send, decision.retry_after, decision.rate, ident, now)
 

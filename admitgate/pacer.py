@@ -27,7 +27,7 @@ class TokenPacer:
     admitted in any interval of length t is at most ``rate*t + burst``.
     """
 
-    __slots__ = ("_burst", "_floor", "_rate", "_tokens", "_updated")
+    __slots__ = ("_burst", "_floor", "_rate", "_tokens", "_updated", "taken")
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -36,6 +36,7 @@ class TokenPacer:
         self._floor = -debt
         self._tokens = self._burst
         self._updated = now
+        self.taken = 0  #: successful try_take calls (admissions at once)
 
     @property
     def rate(self) -> float:
@@ -72,10 +73,18 @@ class TokenPacer:
 
     def try_take(self, cost: float, now: float, keep: float = 0.0) -> bool:
         """Take ``cost`` tokens if that leaves at least ``keep`` in the bucket."""
-        tokens = self._refill(now)
-        if tokens - cost >= keep:
-            self._tokens = tokens - cost
+        tokens = self._tokens
+        if now > self._updated:  # refill, inlined and branch-capped: this is the hot path
+            tokens += (now - self._updated) * self._rate
+            if tokens > self._burst:
+                tokens = self._burst
+            self._updated = now
+        left = tokens - cost
+        if left >= keep:
+            self._tokens = left
+            self.taken += 1
             return True
+        self._tokens = tokens
         return False
 
     def wait_time(self, cost: float, now: float, keep: float = 0.0) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.routing import compile_path
 
@@ -31,12 +31,14 @@ class Priority:
     name: str
     critical: bool = False
     reserve: float = 0.0
+    plain: bool = field(init=False, repr=False, compare=False)  #: neither critical nor reserving
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reserve < 1.0:
             raise ConfigError(f"classes[{self.name!r}].reserve", "must be in [0, 1)", self.reserve)
         if self.critical and self.reserve:
             raise ConfigError(f"classes[{self.name!r}].reserve", "a critical class cannot have a reserve", self.reserve)
+        object.__setattr__(self, "plain", not self.critical and not self.reserve)
 
 
 DEFAULT_CLASSES: dict[str, Priority] = {
@@ -54,10 +56,17 @@ class Rule:
     cost: float = 1.0
     priority: Priority = DEFAULT_CLASSES["default"]
     exempt: bool = False
+    fast: bool = field(init=False, repr=False, compare=False)  #: gated, plain class: the admit fast path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fast", not self.exempt and self.priority.plain)
 
 
 class Router:
-    """Resolves a request path to its :class:`Rule`; first matching template wins.
+    """Resolves a request path to its :class:`Rule`.
+
+    Templates without parameters match exactly and take precedence; parameterised
+    templates are tried in the order given and the first match wins.
 
     ``routes``: template -> ``{"cost": float, "class": str}`` (or a :class:`Rule`).
     ``exempt``: templates the gate never touches. Resolution of a raw path is cached
@@ -87,7 +96,7 @@ class Router:
             prio = self._class(f"routes[{template!r}].class", spec.get("class", default_class))
             rules.append(Rule(template, cost, prio, exempt=bool(spec.get("exempt", False))))
         self.rules = rules
-        self._static: dict[str, Rule] = {}
+        self.static_rules: dict[str, Rule] = {}  #: templates without parameters, matched exactly
         self._patterns: list[tuple[re.Pattern[str], Rule]] = []
         for rule in rules:
             if not rule.template.startswith("/"):
@@ -96,8 +105,11 @@ class Router:
             if converters:
                 self._patterns.append((regex, rule))
             else:
-                self._static.setdefault(rule.template, rule)
+                self.static_rules.setdefault(rule.template, rule)
         self._cache: dict[str, Rule] = {}
+        #: What ``static_rules.get(path, miss)`` returns for a path without an exact rule: the default
+        #: rule when there are no parameterised templates (no further work), else None (call :meth:`resolve`).
+        self.miss: Rule | None = None if self._patterns else self.default
 
     def _cost(self, field: str, cost: object) -> float:
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):
@@ -110,7 +122,7 @@ class Router:
         return self.classes[name]  # type: ignore[index]
 
     def resolve(self, path: str) -> Rule:
-        rule = self._static.get(path)
+        rule = self.static_rules.get(path)
         if rule is not None:
             return rule
         if not self._patterns:

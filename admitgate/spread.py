@@ -15,7 +15,7 @@ Requests with no recognisable key (``key is None``) always take a new slot.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 from typing import Protocol, runtime_checkable
 
 from .errors import ConfigError, positive
@@ -52,7 +52,12 @@ class SpreadPolicy(Protocol):
 
     @property
     def holders(self) -> int:
-        """Number of keys holding slots (0 lets the gate skip key look-ups)."""
+        """Number of keys holding slots."""
+        ...
+
+    @property
+    def book(self) -> Sized:
+        """The keys holding slots; empty (falsy) lets the gate skip key look-ups on admission."""
         ...
 
 
@@ -69,6 +74,10 @@ class _SlotBook:
     @property
     def holders(self) -> int:
         return len(self._book)
+
+    @property
+    def book(self) -> Sized:
+        return self._book.data
 
     def horizon(self, now: float) -> float:
         return max(0.0, self._tat - now)

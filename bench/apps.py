@@ -1,0 +1,95 @@
+"""Hello-world apps for the overhead benchmark (uvicorn factories: ``apps:bare`` etc.)."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from admitgate import AdmitGate
+
+
+async def hello(request):
+    return PlainTextResponse("Hello, world!")
+
+
+def _app() -> Starlette:
+    return Starlette(routes=[Route("/", hello)])
+
+
+class PassThrough:
+    """The cheapest pure-ASGI middleware: the floor for any middleware."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        await self.app(scope, receive, send)
+
+
+def bare() -> Starlette:
+    return _app()
+
+
+def passthrough() -> Starlette:
+    app = _app()
+    app.add_middleware(PassThrough)
+    return app
+
+
+def admitgate() -> Starlette:
+    app = _app()
+    app.add_middleware(AdmitGate, rate=1e9, burst=1e9)  # admit path: never binding
+    return app
+
+
+def _slowapi(middleware_name: str) -> Starlette:
+    import slowapi.middleware
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.util import get_remote_address
+
+    app = _app()
+    app.state.limiter = Limiter(key_func=get_remote_address, default_limits=["1000000/second"])
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+    app.add_middleware(getattr(slowapi.middleware, middleware_name))
+    return app
+
+
+def slowapi() -> Starlette:
+    """slowapi's default middleware (SlowAPIMiddleware, a BaseHTTPMiddleware), non-binding limit."""
+    return _slowapi("SlowAPIMiddleware")
+
+
+def slowapi_asgi() -> Starlette:
+    """slowapi's pure-ASGI middleware, non-binding limit."""
+    return _slowapi("SlowAPIASGIMiddleware")
+
+
+def serve_all(ports: dict[str, int]) -> None:
+    """Serve every variant from ONE process (one uvicorn server per port on one event loop), so
+    process-level luck (memory layout, hash seeds) is shared instead of biasing one variant."""
+    import asyncio
+
+    import uvicorn
+
+    async def run() -> None:
+        servers = [
+            uvicorn.Server(uvicorn.Config(globals()[name](), host="127.0.0.1", port=port, access_log=False,
+                                          log_level="warning", lifespan="off"))
+            for name, port in ports.items()
+        ]  # fmt: skip
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    try:
+        import uvloop
+
+        uvloop.run(run())
+    except ImportError:
+        asyncio.run(run())
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_all({name: int(port) for name, port in (item.split(":") for item in sys.argv[1].split(","))})

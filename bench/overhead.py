@@ -1,0 +1,126 @@
+"""HTTP overhead benchmark: hello-world Starlette behind each middleware, served by one process on core 0,
+wrk on core 1, rounds interleaved in random order; the figure is the median of per-round ratios to bare.
+Beside requests/s it reports the server's CPU time per request (/proc utime+stime over wrk's request
+count): time stolen from this VM is not charged to the process, so that ratio is the steadier one.
+
+    python bench/overhead.py [--rounds 10] [--duration 5] [--connections 32] [--json]
+
+Needs wrk (Debian package ``wrk``). Only 127.0.0.1 is targeted; every load run is bounded by --duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from admitgate.serving import free_port, pin  # noqa: E402
+
+VARIANTS = ["bare", "passthrough", "admitgate", "slowapi", "slowapi_asgi"]
+
+
+def start(variants: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
+    """One server process on core 0 serving every variant on its own port."""
+    ports = {v: free_port() for v in variants}
+    spec = ",".join(f"{v}:{p}" for v, p in ports.items())
+    proc = subprocess.Popen([sys.executable, str(HERE / "apps.py"), spec], preexec_fn=lambda: pin(0))
+    urls = {v: f"http://127.0.0.1:{p}/" for v, p in ports.items()}
+    deadline = time.monotonic() + 30
+    for url in urls.values():
+        while True:
+            try:
+                if httpx.get(url, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("benchmark server did not start")
+            time.sleep(0.1)
+    return proc, urls
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (Linux /proc): time stolen from the VM is not charged here."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, duration: float, connections: int, pid: int | None = None) -> tuple[float, float]:
+    """(requests/s, server CPU µs per request) for one bounded wrk run."""
+    cores = ["taskset", "-c", "1"] if (os.cpu_count() or 1) > 1 else []
+    cmd = [*cores, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", url]
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30, check=True).stdout
+    used = cpu_seconds(pid) - before if pid else 0.0
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    if not rate or not total or "Non-2xx" in out:
+        raise RuntimeError(f"wrk output not understood or non-2xx responses:\n{out}")
+    return float(rate.group(1)), used / int(total.group(1)) * 1e6
+
+
+def main(rounds: int, duration: float, connections: int, variants: list[str]) -> dict:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    proc, urls = start(variants)
+    samples: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    try:
+        for v in variants:  # warm-up
+            wrk(urls[v], 1, connections)
+        for _ in range(rounds):
+            order = variants[:]
+            random.shuffle(order)
+            for v in order:
+                rate, cpu_us = wrk(urls[v], duration, connections, proc.pid)
+                samples[v].append(rate)
+                cpu[v].append(cpu_us)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    ratios = {v: [s / b for s, b in zip(samples[v], samples["bare"], strict=True)] for v in variants}
+    cpu_ratios = {v: [b / c for c, b in zip(cpu[v], cpu["bare"], strict=True)] for v in variants}
+    return {
+        "rounds": rounds, "duration_s": duration, "connections": connections,
+        "req_per_s_median": {v: round(statistics.median(s)) for v, s in samples.items()},
+        "req_per_s_range": {v: [round(min(s)), round(max(s))] for v, s in samples.items()},
+        "ratio_to_bare_median": {v: round(statistics.median(r), 3) for v, r in ratios.items()},
+        "server_cpu_us_per_request_median": {v: round(statistics.median(c), 1) for v, c in cpu.items()},
+        "cpu_ratio_to_bare_median": {v: round(statistics.median(r), 3) for v, r in cpu_ratios.items()},
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    chosen = args.variants.split(",")
+    if "bare" not in chosen:
+        chosen.insert(0, "bare")
+    result = main(args.rounds, args.duration, args.connections, chosen)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{'variant':14s} {'req/s median':>12s} {'range':>13s} {'ratio to bare':>13s} "
+              f"{'CPU µs/req':>10s} {'CPU ratio':>9s}")  # fmt: skip
+        for v in chosen:
+            lo, hi = result["req_per_s_range"][v]
+            print(f"{v:14s} {result['req_per_s_median'][v]:12d} {f'{lo}-{hi}':>13s} "
+                  f"{result['ratio_to_bare_median'][v]:13.3f} {result['server_cpu_us_per_request_median'][v]:10.1f} "
+                  f"{result['cpu_ratio_to_bare_median'][v]:9.3f}")  # fmt: skip
