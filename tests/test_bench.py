@@ -1,0 +1,38 @@
+"""A short smoke of each benchmark: they run end to end and report every figure (never a speed check)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+pytestmark = pytest.mark.server
+
+
+def run(*args: str, timeout: float = 300) -> dict:
+    out = subprocess.run([sys.executable, *args, "--json"], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_inprocess_smoke() -> None:
+    result = run(str(BENCH / "inprocess.py"), "--rounds", "1", "--requests", "2000")
+    assert set(result["us_per_request_median"]) >= {"trivial", "passthrough", "admitgate", "starlette"}
+    assert result["pacer_decision_ns_median"] > 0
+
+
+def test_overhead_smoke_with_wrk() -> None:
+    result = run(str(BENCH / "overhead.py"), "--rounds", "1", "--duration", "1", "--variants", "bare,admitgate,slowapi")
+    assert set(result["ratio_to_bare_median"]) == {"bare", "admitgate", "slowapi"}
+    assert all(v > 0 for v in result["req_per_s_median"].values())
+
+
+def test_herd_smoke() -> None:
+    result = run(str(BENCH / "herd.py"), "--clients", "400", "--rounds", "1", "--deadline", "40",
+                 "--scenarios", "admitgate,slowapi-200/s")  # fmt: skip
+    gated = result["median"]["admitgate"]
+    assert gated["finished"] == 400 and gated["server_5xx"] == 0
