@@ -83,6 +83,48 @@ def _print_summary(s: dict[str, object], capacity: float, background: float) -> 
     print(f"  background success    {s['background_success']}, p99 {s['background_p99_s']} s")
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .planner import drain_time, plan, prevent
+
+    eps = None if args.eps in ("off", "none") else _number("eps", args.eps)
+    result = plan(
+        args.clients, args.headroom, service_time=args.service_time, connections=args.connections, eps=eps,
+        retry_after=args.retry_after, remaining=args.remaining, reset=args.reset, deadline=args.deadline,
+        sla_p95=args.sla_p95, cost_capacity=args.cost_capacity, cost_wait=args.cost_wait,
+    )  # fmt: skip
+    out: dict[str, object] = {"plan": result.to_dict()}
+    lines = [result.table()]
+    if args.period is not None:
+        p = prevent(args.clients, args.headroom, args.period, eps=eps)
+        out["prevention"] = {"period": p.period, "rate": p.rate, "safe_rate": p.safe_rate,
+                             "full_jitter_safe": p.full_jitter_safe, "window": p.window}  # fmt: skip
+        verdict = "safe" if p.full_jitter_safe else f"NOT safe: use a window of at least {p.window:.3f} s"
+        lines.append(f"prevention: full jitter over T = {p.period:g} s gives {p.rate:.2f}/s "
+                     f"(safe rate {p.safe_rate:.2f}/s): {verdict}")  # fmt: skip
+    if args.ramp is not None:
+        points = _ramp(args.ramp)
+        t = drain_time(args.clients, points)
+        out["recovery"] = {"ramp": points, "drain_s": t}
+        lines.append(f"recovery: backlog {args.clients:,} drains in {t:.3f} s under the headroom ramp {points}")
+    print(json.dumps(out, indent=2, default=str) if args.json else "\n".join(lines))
+    return 0 if result.feasible else 1
+
+
+def _number(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(name, "must be a number", raw) from None
+
+
+def _ramp(raw: str) -> list[tuple[float, float]]:
+    """``"0:500,10:2000"`` -> [(0, 500), (10, 2000)] (seconds: requests/s)."""
+    try:
+        return [(float(t), float(h)) for t, h in (item.split(":") for item in raw.split(","))]
+    except ValueError:
+        raise ConfigError("ramp", "expected t:H pairs like 0:500,10:2000", raw) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="admitgate", description="ASGI admission control that spreads herds.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--quiet", action="store_true")
     demo.set_defaults(func=_demo)
+
+    plan = sub.add_parser("plan", help="size the minimum safe jitter window for a cohort")
+    plan.add_argument("--clients", "-M", type=int, required=True, help="cohort size M")
+    plan.add_argument("--headroom", "-H", type=float, required=True, help="headroom H, requests/s")
+    plan.add_argument("--service-time", type=float, help="tail (p90-p95) service time s, seconds")
+    plan.add_argument("--connections", type=float, help="spare connections K")
+    plan.add_argument("--eps", default="0.01", help="overflow probability tolerance in (0, 1), or 'off'")
+    plan.add_argument("--retry-after", type=float, default=0.0, help="Retry-After offset Δ, seconds")
+    plan.add_argument("--remaining", type=float, help="server rate limit: requests remaining R")
+    plan.add_argument("--reset", type=float, help="server rate limit: seconds until reset")
+    plan.add_argument("--deadline", type=float, help="hard deadline D on the last arrival, seconds")
+    plan.add_argument("--sla-p95", type=float, help="SLA on the p95 wait L, seconds")
+    plan.add_argument("--cost-capacity", type=float, help="cost per unit capacity (per req/s)")
+    plan.add_argument("--cost-wait", type=float, help="cost per request-second of wait")
+    plan.add_argument("--period", type=float, help="prevention mode: period T of the synchronised task")
+    plan.add_argument("--ramp", help="recovery mode: headroom ramp as t:H points, e.g. 0:500,10:2000")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=_plan)
     return parser
 
 
@@ -110,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    except ConfigError as exc:  # bad input: a clear message naming the argument, exit code 2
+        print(str(exc).replace("admitgate: invalid ", f"admitgate {args.command}: invalid --", 1).replace("_", "-"),
+              file=sys.stderr)  # fmt: skip
         return 2

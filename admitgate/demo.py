@@ -20,7 +20,7 @@ from starlette.routing import Route
 DEMO_ROUTES = {"/status": {"class": "critical"}}
 #: The static rate is set this far below capacity: at utilisation 1 a queue has no
 #: drift back to empty and its waits random-walk into the upstream's timeout.
-DEMO_UTILISATION = 0.95
+DEMO_UTILISATION = 0.975
 
 
 class Upstream:

@@ -62,21 +62,34 @@ class GateStats:
 
 
 class _RateMeter:
-    """Exponentially decaying rate (units/s) with time constant ``tau`` seconds."""
+    """Exponentially decaying rate (units/s) with time constant ``tau`` seconds.
 
-    __slots__ = ("_at", "_level", "tau")
+    Bias-corrected for its warm-up: until it has seen ``tau`` seconds of traffic it divides by
+    the weight accumulated so far rather than by ``tau``, so a steady 20/s reads 20/s from the
+    start instead of climbing towards it (an under-read here makes the schedule hand out slots
+    faster than the bucket can honour them).
+    """
+
+    __slots__ = ("_at", "_level", "_since", "tau")
 
     def __init__(self, tau: float = 2.0) -> None:
         self.tau, self._level, self._at = tau, 0.0, 0.0
+        self._since: float | None = None
 
     def add(self, amount: float, now: float) -> None:
-        if now > self._at:
+        if self._since is None:
+            self._since = self._at = now
+        elif now > self._at:
             self._level *= math.exp((self._at - now) / self.tau)
             self._at = now
         self._level += amount
 
     def rate(self, now: float) -> float:
-        return self._level * math.exp(min(0.0, self._at - now) / self.tau) / self.tau
+        if self._since is None:
+            return 0.0
+        level = self._level * math.exp(min(0.0, self._at - now) / self.tau)
+        span = max(now - self._since, self.tau / 2)  # at least half a time constant of evidence
+        return level / (self.tau * -math.expm1(-span / self.tau))
 
 
 class Gate:

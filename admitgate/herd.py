@@ -195,15 +195,17 @@ def _percentile(values: list[float], q: float) -> float:
 def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
     """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H.
 
-    Edge peak-to-average uses the herd's attempts per whole second from second 1 (after
-    the release itself) to the last whole second of the drain.
+    Edge peak-to-average is taken over the seconds in which the herd is coming back: whole
+    seconds from second 1 (after the release itself) up to, not including, the second of the
+    herd's last attempt (a partial second). The last moments of a drain, when every remaining
+    client is already held by the gate and nobody arrives, are not part of it.
     """
     herd = [a for a in result.attempts if a.client >= 0]
     bg = [a for a in result.attempts if a.client < 0 and a.sent >= 0]
     drain = max(result.finished.values()) if len(result.finished) == result.clients else float("inf")
-    horizon = drain if math.isfinite(drain) else max((a.done for a in herd), default=0.0)
     per_second = Counter(int(a.sent) for a in herd)
-    window = [per_second.get(s, 0) for s in range(1, max(2, int(horizon)))]
+    last = max(per_second, default=0)
+    window = [per_second.get(s, 0) for s in range(1, max(2, last))]
     mean = statistics.fmean(window) if window else 0.0
     retry_afters = [a.retry_after for a in herd if a.retry_after is not None]
     ok_latency = [a.done - a.sent for a in herd if 200 <= a.status < 300]
