@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -156,83 +157,120 @@ class _Retrier:
         return self.clock()
 
 
-class RetryTransport(httpx.BaseTransport):
+# The retry loop, free of I/O: it yields what to do next and is sent what happened. Both transports
+# drive this one generator, so the sync and async paths cannot drift apart.
+_Send = ("send",)
+
+
+def _retry_steps(r: _Retrier, request: httpx.Request) -> Generator[tuple, object, None]:
+    """Yields ``("send",)`` (answered with a Response or a retryable exception), ``("sleep", s)``,
+    ``("discard", response)`` before a retry, and finally ``("return", response)`` or ``("raise", exc)``."""
+    started = r.begin()
+    retryable = r.retryable_request(request)
+    attempt, previous = 0, None
+    while True:
+        t0 = r.clock()
+        outcome = yield _Send
+        elapsed = r.clock() - t0
+        if isinstance(outcome, BaseException):
+            delay = r.next_delay(attempt, previous, None, started, elapsed) if retryable else None
+            if delay is None:
+                yield ("raise", outcome)
+                return
+        else:
+            assert isinstance(outcome, httpx.Response)
+            if not retryable or outcome.status_code not in r.policy.statuses:
+                yield ("return", outcome)
+                return
+            delay = r.next_delay(attempt, previous, outcome, started, elapsed)
+            if delay is None:
+                yield ("return", outcome)
+                return
+            yield ("discard", outcome)
+        yield ("sleep", delay)
+        attempt, previous = attempt + 1, delay
+
+
+class _Retrying:
+    """What both transports hold: the inner transport, the policy's state, and the sleep function."""
+
+    def __init__(self, inner: Any, policy: RetryPolicy | None, uniform: Uniform | None, sleep: Any,
+                 clock: Clock, wall_clock: Clock) -> None:  # fmt: skip
+        self.inner = inner
+        self.sleep = sleep
+        self._retrier = _Retrier(policy, uniform, clock, wall_clock)
+
+    @property
+    def stats(self) -> RetryStats:
+        """Counters: requests, retries, skipped retries (budget, deadline), exhausted, sleeps."""
+        return self._retrier.stats
+
+
+class RetryTransport(_Retrying, httpx.BaseTransport):
     """Synchronous retrying transport wrapping ``inner``. ``sleep`` defaults to :func:`time.sleep`."""
 
     def __init__(self, inner: httpx.BaseTransport | None = None, policy: RetryPolicy | None = None, *,
                  uniform: Uniform | None = None, sleep: Callable[[float], None] = time.sleep,
                  clock: Clock = time.monotonic, wall_clock: Clock = time.time) -> None:  # fmt: skip
-        self.inner = inner or httpx.HTTPTransport()
-        self._retrier = _Retrier(policy, uniform, clock, wall_clock)
-        self.sleep = sleep
-
-    @property
-    def stats(self) -> RetryStats:
-        return self._retrier.stats
+        super().__init__(inner or httpx.HTTPTransport(), policy, uniform, sleep, clock, wall_clock)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self._retrier
-        started = r.begin()
-        retryable = r.retryable_request(request)
-        attempt, previous = 0, None
+        steps = _retry_steps(self._retrier, request)
+        step = next(steps)
         while True:
-            t0 = r.clock()
-            try:
-                response = self.inner.handle_request(request)
-            except RETRY_EXCEPTIONS:
-                if not retryable or (delay := r.next_delay(attempt, previous, None, started, r.clock() - t0)) is None:
-                    raise
+            if step is _Send:
+                try:
+                    outcome: object = self.inner.handle_request(request)
+                except RETRY_EXCEPTIONS as exc:
+                    outcome = exc
+                step = steps.send(outcome)
+                continue
+            kind, value = step
+            if kind == "return":
+                return value
+            if kind == "raise":
+                raise value
+            if kind == "discard":
+                value.read()
+                value.close()
             else:
-                if not retryable or response.status_code not in r.policy.statuses:
-                    return response
-                delay = r.next_delay(attempt, previous, response, started, r.clock() - t0)
-                if delay is None:
-                    return response
-                response.read()
-                response.close()
-            self.sleep(delay)
-            attempt, previous = attempt + 1, delay
+                self.sleep(value)
+            step = next(steps)
 
     def close(self) -> None:
         self.inner.close()
 
 
-class AsyncRetryTransport(httpx.AsyncBaseTransport):
+class AsyncRetryTransport(_Retrying, httpx.AsyncBaseTransport):
     """Asynchronous retrying transport wrapping ``inner``. ``sleep`` defaults to :func:`asyncio.sleep`."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None, policy: RetryPolicy | None = None, *,
                  uniform: Uniform | None = None, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Clock = time.monotonic, wall_clock: Clock = time.time) -> None:  # fmt: skip
-        self.inner = inner or httpx.AsyncHTTPTransport()
-        self._retrier = _Retrier(policy, uniform, clock, wall_clock)
-        self.sleep = sleep
-
-    @property
-    def stats(self) -> RetryStats:
-        return self._retrier.stats
+        super().__init__(inner or httpx.AsyncHTTPTransport(), policy, uniform, sleep, clock, wall_clock)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        r = self._retrier
-        started = r.begin()
-        retryable = r.retryable_request(request)
-        attempt, previous = 0, None
+        steps = _retry_steps(self._retrier, request)
+        step = next(steps)
         while True:
-            t0 = r.clock()
-            try:
-                response = await self.inner.handle_async_request(request)
-            except RETRY_EXCEPTIONS:
-                if not retryable or (delay := r.next_delay(attempt, previous, None, started, r.clock() - t0)) is None:
-                    raise
+            if step is _Send:
+                try:
+                    outcome: object = await self.inner.handle_async_request(request)
+                except RETRY_EXCEPTIONS as exc:
+                    outcome = exc
+                step = steps.send(outcome)
+                continue
+            kind, value = step
+            if kind == "return":
+                return value
+            if kind == "raise":
+                raise value
+            if kind == "discard":
+                await value.aread()
+                await value.aclose()
             else:
-                if not retryable or response.status_code not in r.policy.statuses:
-                    return response
-                delay = r.next_delay(attempt, previous, response, started, r.clock() - t0)
-                if delay is None:
-                    return response
-                await response.aread()
-                await response.aclose()
-            await self.sleep(delay)
-            attempt, previous = attempt + 1, delay
+                await self.sleep(value)
+            step = next(steps)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -48,6 +48,7 @@ class Decision:
     retry_after: int = 0  # REJECT: whole seconds, >= 1
     slot: float = 0.0  # REJECT: absolute time the client is expected back
     rate: float = 0.0  # the rate in force
+    early: bool = False  # REJECT: a recognised client came back before its slot (it ignores Retry-After)
 
 
 @dataclass(slots=True)
@@ -58,6 +59,7 @@ class GateStats:
     rejected: int = 0
     critical: int = 0
     abandoned: int = 0  # paced requests whose client went away (token refunded)
+    early: int = 0  # rejections of recognised clients that came back before their slot
     by_retry_after: dict[int, int] = field(default_factory=dict)
 
 
@@ -182,7 +184,7 @@ class Gate:
         if key is not None:
             held = self.spread.slot_of(key, now)
             if held is not None and held - now > self.max_pacing_delay:
-                return self._reject(held, now)  # early return: same slot, schedule untouched
+                return self._reject(held, now, early=True)  # same slot, schedule untouched
         if self.waiters < self.max_waiters:
             wait = pacer.reserve(cost, now, self.max_pacing_delay, keep)
             if wait is not None:
@@ -194,12 +196,14 @@ class Gate:
         slot = self.spread.assign(key, now, self.shed_rate(now), earliest, cost)
         return self._reject(slot, now)
 
-    def _reject(self, slot: float, now: float) -> Decision:
+    def _reject(self, slot: float, now: float, early: bool = False) -> Decision:
         retry_after = min(max(1, math.ceil(slot - now - self.lead - 1e-9)), int(self.max_retry_after))
         stats = self.stats
         stats.rejected += 1
         stats.by_retry_after[retry_after] = stats.by_retry_after.get(retry_after, 0) + 1
-        return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate)
+        if early:
+            stats.early += 1
+        return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate, early=early)
 
     def release_waiter(self) -> None:
         """A paced request's hold is over: it goes on to the app."""

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import ConfigError
+from .errors import ConfigError, non_negative
 from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
@@ -45,7 +45,9 @@ class AdmitGate:
     (``"connection"``, ``"header:x-api-key"`` or a callable); ``trusted_hops`` is the
     number of proxies whose forwarding headers are believed; ``ticket`` enables the
     signed retry cookie (``True``, or the shared secret as bytes); ``headers`` is the
-    :class:`~admitgate.headers.HeaderPolicy`. ``clock`` reads monotonic seconds,
+    :class:`~admitgate.headers.HeaderPolicy`. ``tarpit`` (seconds, 0 disables) holds the 429 for a
+    recognised client that came back before its slot, at most ``max_tarpitted`` at once: a client
+    that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
     ``wall_clock`` Unix seconds (for ticket expiry). Pass ``gate`` to share a
     :class:`~admitgate.gate.Gate` (the simulator and tests do).
     """
@@ -69,6 +71,8 @@ class AdmitGate:
         ticket: bool | bytes = True,
         headers: HeaderPolicy | None = None,
         gate_websockets: bool = False,
+        tarpit: float = 1.0,
+        max_tarpitted: int = 1000,
         max_keys: int = 100_000,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
@@ -97,6 +101,11 @@ class AdmitGate:
         self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
+        self.tarpit = non_negative("tarpit", tarpit)
+        if isinstance(max_tarpitted, bool) or not isinstance(max_tarpitted, int) or max_tarpitted < 0:
+            raise ConfigError("max_tarpitted", "must be an integer >= 0", max_tarpitted)
+        self.max_tarpitted = max_tarpitted
+        self.tarpitted = 0  #: 429s being held right now
         # Bound once so the admit path does no attribute chasing.
         self._exact_rule = self.router.static_rules.get
         self._miss = self.router.miss
@@ -135,7 +144,19 @@ class AdmitGate:
             if receive is not None:
                 await self.app(scope, receive, self._with_limit_fields(send) if self._on_admit else send)
             return
-        await self._reject(send, decision.retry_after, decision.rate, ident, now)
+        retry_after = decision.retry_after
+        if decision.early and self.tarpit and self.tarpitted < self.max_tarpitted and retry_after > 1:
+            held = min(self.tarpit, retry_after - 1)  # what we hold comes off the wait we announce
+            await self._tarpit(held)
+            retry_after = math.ceil(retry_after - held)
+        await self._reject(send, retry_after, decision.rate, ident, now)
+
+    async def _tarpit(self, seconds: float) -> None:
+        self.tarpitted += 1
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self.tarpitted -= 1
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:

@@ -49,28 +49,28 @@ def _gamma_q_fraction(a: float, x: float) -> float:
     return math.exp(-x + a * math.log(x) - math.lgamma(a)) * h
 
 
+def _tails(k: int, lam: float) -> tuple[float, float]:
+    """(P(X <= k), P(X > k)), each computed directly where it is small, so neither loses precision."""
+    a = k + 1.0
+    if lam < a + 1.0:
+        upper = _gamma_p_series(a, lam)  # P(a, λ) = P(X > k)
+        return 1.0 - upper, upper
+    lower = _gamma_q_fraction(a, lam)  # Q(a, λ) = P(X <= k)
+    return lower, 1.0 - lower
+
+
 def poisson_cdf(k: int, lam: float) -> float:
     """P(X <= k) for X ~ Poisson(lam)."""
     if k < 0:
         return 0.0
-    if lam <= 0:
-        return 1.0
-    a = k + 1.0
-    if lam < a + 1.0:
-        return 1.0 - _gamma_p_series(a, lam)
-    return _gamma_q_fraction(a, lam)
+    return 1.0 if lam <= 0 else _tails(k, lam)[0]
 
 
 def poisson_sf(k: int, lam: float) -> float:
     """P(X > k) for X ~ Poisson(lam)."""
     if k < 0:
         return 1.0
-    if lam <= 0:
-        return 0.0
-    a = k + 1.0
-    if lam < a + 1.0:
-        return _gamma_p_series(a, lam)
-    return 1.0 - _gamma_q_fraction(a, lam)
+    return 0.0 if lam <= 0 else _tails(k, lam)[1]
 
 
 def max_safe_rate(h: float, eps: float) -> float:

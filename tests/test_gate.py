@@ -103,8 +103,9 @@ def test_early_returner_keeps_its_slot_and_the_horizon_stays_put() -> None:
     horizon = g.spread.horizon(0.0)
     for t in (0.1, 0.2, 0.3, 0.4):  # "a" ignores Retry-After and hammers
         d = g.decide(1, DEFAULT, "a", t)
-        assert d.slot == first["a"].slot and d.verdict is Verdict.REJECT
+        assert d.slot == first["a"].slot and d.verdict is Verdict.REJECT and d.early
     assert g.spread.horizon(0.0) == horizon
+    assert g.stats.early == 4 and not first["b"].early
 
 
 def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:

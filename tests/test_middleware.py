@@ -167,7 +167,7 @@ async def test_lifespan_and_other_scopes_pass_straight_through(clock: ManualCloc
 
 @pytest.mark.anyio
 async def test_returning_client_with_its_ticket_keeps_its_slot_on_a_new_connection(clock: ManualClock) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, wall_clock=lambda: 1e9)
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, wall_clock=lambda: 1e9)
     await call(app, http_scope())
     for port in range(5000, 5010):  # ten other clients queue first
         await call(app, http_scope(client=("10.0.0.9", port)))
@@ -177,6 +177,20 @@ async def test_returning_client_with_its_ticket_keeps_its_slot_on_a_new_connecti
     _, again, _ = await call(app, http_scope(client=("10.0.0.9", 6001), headers=[(b"cookie", cookie.encode())]))
     assert again["retry-after"] == first["retry-after"] == "11"
     assert app.gate.spread.horizon(clock()) == pytest.approx(11.5)  # not extended by the return
+
+
+@pytest.mark.anyio
+async def test_an_early_returner_is_held_and_told_the_remaining_wait(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0.2, clock=clock)
+    await call(app, http_scope())
+    for port in range(5000, 5005):
+        await call(app, http_scope(client=("10.0.0.9", port)))
+    _, first, _ = await call(app, http_scope(client=("10.0.0.9", 6000)))
+    start = anyio.current_time()
+    _, again, _ = await call(app, http_scope(client=("10.0.0.9", 6000)))  # same connection, right away
+    assert anyio.current_time() - start >= 0.19  # held by the tarpit
+    assert first["retry-after"] == "6" and again["retry-after"] == "6"  # ceil(6 - 0.2): never early
+    assert app.gate.stats.early == 1 and app.tarpitted == 0
 
 
 @pytest.mark.anyio
@@ -217,7 +231,8 @@ def test_garbage_headers_never_turn_into_a_500(headers) -> None:
 def test_invalid_configuration_fails_at_construction_naming_the_field() -> None:
     cases = [({"rate": 0}, "rate"), ({"rate": -1}, "rate"), ({"spread": "lifo"}, "spread"),
              ({"rate": 10, "burst": 1, "routes": {"/big": {"cost": 2}}}, "burst"),
-             ({"key": "ip-address"}, "key"), ({"trusted_hops": -1}, "trusted_hops")]  # fmt: skip
+             ({"key": "ip-address"}, "key"), ({"trusted_hops": -1}, "trusted_hops"), ({"tarpit": -1}, "tarpit"),
+             ({"max_tarpitted": -1}, "max_tarpitted")]  # fmt: skip
     for kwargs, field in cases:
         with pytest.raises(ConfigError) as info:
             AdmitGate(Recorder(), **kwargs)

@@ -93,7 +93,7 @@ def test_route_templates_set_costs_in_fastapi(serve) -> None:
 
 
 def test_an_httpx_client_echoes_the_ticket_and_keeps_its_slot_across_connections(serve) -> None:
-    with serve(starlette_app(rate=1, burst=1, max_pacing_delay=0)) as base:
+    with serve(starlette_app(rate=1, burst=1, max_pacing_delay=0, tarpit=0)) as base:
         asyncio.run(burst(base, 8))  # others hold the first slots
         with httpx.Client(base_url=base, headers={"connection": "close"}) as client:  # a new connection each time
             first = client.get("/")
