@@ -50,6 +50,12 @@ def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
     headroom = capacity - args.background
     with demo_server(_server_args(args), cpu=0) as base:
         pin(1)
+        try:  # the load generator must not be the bottleneck: uvloop where installed
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
         result = asyncio.run(
             run_herd(
                 base,

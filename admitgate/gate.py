@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from .errors import ConfigError, non_negative, positive
@@ -60,7 +60,6 @@ class GateStats:
     critical: int = 0
     abandoned: int = 0  # paced requests whose client went away (token refunded)
     early: int = 0  # rejections of recognised clients that came back before their slot
-    by_retry_after: dict[int, int] = field(default_factory=dict)
 
 
 class _RateMeter:
@@ -200,7 +199,6 @@ class Gate:
         retry_after = min(max(1, math.ceil(slot - now - self.lead - 1e-9)), int(self.max_retry_after))
         stats = self.stats
         stats.rejected += 1
-        stats.by_retry_after[retry_after] = stats.by_retry_after.get(retry_after, 0) + 1
         if early:
             stats.early += 1
         return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate, early=early)
