@@ -116,6 +116,37 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if result.feasible else 1
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    import tomllib
+
+    from .sim import scenario_from, simulate, stderr_progress
+
+    if args.scenario and args.scenario.endswith(".toml"):
+        try:
+            with open(args.scenario, "rb") as fh:
+                spec: str | dict[str, object] = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError("scenario", f"cannot read {args.scenario}: {exc}") from None
+    else:
+        spec = args.scenario or "cache-expiry"
+    overrides = {"clients": args.clients, "policy": args.policy, "seed": args.seed,
+                 "ignore_fraction": args.ignore_fraction, "spread": args.spread}  # fmt: skip
+    runs = []
+    for gate in (True, False) if not args.gate_only else (True,):
+        scenario = scenario_from(spec, gate=gate, **overrides)
+        runs.append(simulate(scenario, stderr_progress if not args.json else None))
+    if args.json:
+        print(json.dumps(runs, indent=2))
+        return 0
+    print(f"{runs[0]['scenario']}: {runs[0]['clients']:,} clients, bound M/H = {runs[0]['bound_s']} s")
+    keys = ["drain_s", "drain_ratio", "edge_peak_to_avg", "server_5xx", "attempts", "retry_after_max",
+            "herd_latency_p99_s", "background_success", "peak_concurrency"]  # fmt: skip
+    print(f"{'':22s}" + "".join(f"{r['gate']:>14s}" for r in runs))
+    for k in keys:
+        print(f"{k:22s}" + "".join(f"{r[k]!s:>14s}" for r in runs))
+    return 0
+
+
 def _number(name: str, raw: str) -> float:
     try:
         return float(raw)
@@ -168,6 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--ramp", help="recovery mode: headroom ramp as t:H points, e.g. 0:500,10:2000")
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
+
+    sim = sub.add_parser("simulate", help="run a herd against the real gate on a virtual clock")
+    sim.add_argument("scenario", nargs="?", help="a scenario.toml, or an embedded scenario name")
+    sim.add_argument("--clients", type=int)
+    sim.add_argument("--policy", help="obey, obey-jitter, ignore, full, equal, decorrelated")
+    sim.add_argument("--ignore-fraction", type=float)
+    sim.add_argument("--spread", choices=["schedule", "jitter"])
+    sim.add_argument("--seed", type=int)
+    sim.add_argument("--gate-only", action="store_true", help="skip the run without the gate")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(func=_simulate)
     return parser
 
 

@@ -98,8 +98,10 @@ class Gate:
 
     ``rate``: requests/s (or a :class:`Headroom`); ``burst``: tokens admitted at once
     from idle; ``max_pacing_delay``: longest hold, seconds (0 disables pacing);
-    ``max_waiters``: most requests held at once; ``spread``: ``"schedule"``,
-    ``"jitter"`` or a :class:`SpreadPolicy`; ``max_retry_after``: cap, seconds.
+    ``max_waiters``: most requests held at once (default: two pacing windows at the initial rate,
+    at least 1000, since a schedule returns up to rate × lead clients at once); ``spread``: ``"schedule"``,
+    ``"jitter"`` or a :class:`SpreadPolicy`; ``max_retry_after``: cap, seconds;
+    ``tarpit``: how long to hold the 429 of a recognised client that came back early, seconds.
     """
 
     def __init__(
@@ -108,11 +110,12 @@ class Gate:
         burst: float | None = None,
         *,
         max_pacing_delay: float = 1.5,
-        max_waiters: int = 1000,
+        max_waiters: int | None = None,
         spread: str | SpreadPolicy = "schedule",
         max_retry_after: float = 120.0,
         max_keys: int = 100_000,
         refresh_interval: float = 0.1,
+        tarpit: float = 1.0,
         now: float = 0.0,
     ) -> None:
         self.headroom: Headroom = StaticHeadroom(rate) if isinstance(rate, (int, float)) else rate
@@ -120,6 +123,8 @@ class Gate:
         burst = max(1.0, initial / 10) if burst is None else positive("burst", burst)
         self.max_pacing_delay = non_negative("max_pacing_delay", max_pacing_delay)
         self.lead = min(1.0, self.max_pacing_delay)  # how early before its slot a client is told to return
+        if max_waiters is None:  # room for two pacing windows of returns at the initial rate
+            max_waiters = max(1000, math.ceil(2 * initial * self.max_pacing_delay))
         if isinstance(max_waiters, bool) or not isinstance(max_waiters, int) or max_waiters < 0:
             raise ConfigError("max_waiters", "must be an integer >= 0", max_waiters)
         self.max_waiters = max_waiters
@@ -127,6 +132,7 @@ class Gate:
         if self.max_retry_after < 1:
             raise ConfigError("max_retry_after", "must be >= 1 second", max_retry_after)
         self.refresh_interval = positive("refresh_interval", refresh_interval)
+        self.tarpit = non_negative("tarpit", tarpit)
         # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
         self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
         if isinstance(spread, str):
@@ -202,6 +208,17 @@ class Gate:
         if early:
             stats.early += 1
         return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate, early=early)
+
+    def hold(self, decision: Decision) -> tuple[float, int]:
+        """(seconds to hold the rejection, Retry-After to send after holding).
+
+        Only a recognised early returner is held (the tarpit), and never so long that its Retry-After
+        would drop below 1: what is held comes off the wait it is told, so it still returns on time.
+        """
+        if not decision.early or not self.tarpit or decision.retry_after <= 1:
+            return 0.0, decision.retry_after
+        held = min(self.tarpit, decision.retry_after - 1)
+        return held, math.ceil(decision.retry_after - held)
 
     def release_waiter(self) -> None:
         """A paced request's hold is over: it goes on to the app."""

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import ConfigError, non_negative
+from .errors import ConfigError
 from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
@@ -59,7 +59,7 @@ class AdmitGate:
         rate: float | Headroom = 100.0,
         burst: float | None = None,
         max_pacing_delay: float = 1.5,
-        max_waiters: int = 1000,
+        max_waiters: int | None = None,
         spread: str | SpreadPolicy = "schedule",
         max_retry_after: float = 120.0,
         routes: Mapping[str, Mapping[str, object] | Rule] | None = None,
@@ -89,6 +89,7 @@ class AdmitGate:
             spread=spread,
             max_retry_after=max_retry_after,
             max_keys=max_keys,
+            tarpit=tarpit,
             now=clock(),
         )
         self.router = Router(routes, exempt, default_class=default_class, classes=classes)
@@ -101,7 +102,6 @@ class AdmitGate:
         self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
-        self.tarpit = non_negative("tarpit", tarpit)
         if isinstance(max_tarpitted, bool) or not isinstance(max_tarpitted, int) or max_tarpitted < 0:
             raise ConfigError("max_tarpitted", "must be an integer >= 0", max_tarpitted)
         self.max_tarpitted = max_tarpitted
@@ -144,11 +144,11 @@ class AdmitGate:
             if receive is not None:
                 await self.app(scope, receive, self._with_limit_fields(send) if self._on_admit else send)
             return
-        retry_after = decision.retry_after
-        if decision.early and self.tarpit and self.tarpitted < self.max_tarpitted and retry_after > 1:
-            held = min(self.tarpit, retry_after - 1)  # what we hold comes off the wait we announce
+        held, retry_after = self.gate.hold(decision)
+        if held and self.tarpitted < self.max_tarpitted:
             await self._tarpit(held)
-            retry_after = math.ceil(retry_after - held)
+        else:
+            retry_after = decision.retry_after
         await self._reject(send, retry_after, decision.rate, ident, now)
 
     async def _tarpit(self, seconds: float) -> None:

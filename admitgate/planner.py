@@ -256,6 +256,8 @@ def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float
         raise ConfigError("ramp", "the final headroom must be > 0", points)
     done = 0.0
     for (t0, h0), (t1, h1) in itertools.pairwise(points):
+        if t1 == t0:  # a step: H jumps from h0 to h1 at t0
+            continue
         area = (h0 + h1) / 2 * (t1 - t0)
         if done + area >= backlog:
             need = backlog - done  # solve h0·x + (h1 − h0)/(2Δt)·x² = need for x in [0, Δt]

@@ -1,0 +1,340 @@
+"""Herd simulator: thousands of clients against the real gate on a virtual clock.
+
+The simulator drives the very objects the middleware uses — :class:`~admitgate.gate.Gate` (token
+pacer, pacing queue, spreading policy, tarpit) and :func:`~admitgate.backoff.backoff_delay` — and
+models only what is outside them: a capacity-limited upstream (``workers`` slots, a service-time
+distribution, a worker-count schedule, a queue timeout answered with 503), a herd of ``clients``
+released together, Poisson background traffic of the critical class, and client policies:
+
+* ``obey``: sleep exactly Retry-After (as urllib3 does); without one, full-jitter backoff;
+* ``obey-jitter``: Retry-After plus U(0, 1) s of its own;
+* ``ignore``: retry every ``ignore_interval`` s whatever the server says;
+* ``full`` / ``equal`` / ``decorrelated``: the client helper's backoff, never before Retry-After.
+
+It records every attempt as :class:`~admitgate.herd.Attempt`, so :func:`~admitgate.herd.summarise`
+computes the same figures for simulated and real herds. Same seed, same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .backoff import backoff_delay
+from .errors import ConfigError
+from .gate import Gate, Verdict
+from .herd import Attempt, HerdResult, summarise
+from .planner import drain_time
+from .routing import DEFAULT_CLASSES
+
+POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
+_ARRIVE, _PACED, _DONE, _TIMEOUT, _RESPOND = range(5)
+
+
+@dataclass
+class Scenario:
+    """Everything a run needs; times in seconds, rates in requests/s."""
+
+    name: str = "cache-expiry herd"
+    clients: int = 2000
+    release_at: float = 3.0  # background runs alone before this (warm-up)
+    release_spread: float = 0.0  # clients released uniformly over this many seconds
+    workers: int = 20
+    service_time: float = 0.1  # mean
+    service_dist: str = "fixed"  # fixed | exponential | lognormal
+    queue_timeout: float = 1.0
+    capacity: list[tuple[float, float]] = field(default_factory=list)  # (time, workers) steps
+    background_rate: float = 20.0
+    policy: str = "obey"
+    ignore_fraction: float = 0.0
+    ignore_interval: float = 0.1
+    recognisable: bool = True
+    gate: bool = True
+    rate_fraction: float = 0.975  # the gate's static rate, as a fraction of the initial capacity
+    burst: float | None = None  # default: workers
+    spread: str = "schedule"
+    max_pacing_delay: float = 1.5
+    tarpit: float = 1.0
+    network_delay: float = 0.0005  # one way, client <-> gate
+    duration: float = 300.0  # hard bound on simulated time
+    seed: int = 1
+
+    def validate(self) -> Scenario:
+        if self.clients < 1:
+            raise ConfigError("clients", "must be >= 1", self.clients)
+        if self.workers < 1:
+            raise ConfigError("workers", "must be >= 1", self.workers)
+        if self.policy not in POLICIES:
+            raise ConfigError("policy", f"unknown; known: {', '.join(POLICIES)}", self.policy)
+        if self.service_dist not in ("fixed", "exponential", "lognormal"):
+            raise ConfigError("service_dist", "must be fixed, exponential or lognormal", self.service_dist)
+        if not 0 <= self.ignore_fraction <= 1:
+            raise ConfigError("ignore_fraction", "must be in [0, 1]", self.ignore_fraction)
+        for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, "must be > 0", getattr(self, name))
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(sorted(unknown)[0], f"unknown scenario field; known: {', '.join(sorted(known))}")
+        data = dict(data)
+        if "capacity" in data:
+            data["capacity"] = [tuple(step) for step in data["capacity"]]
+        return cls(**data).validate()
+
+
+class _Upstream:
+    """K workers with a FIFO queue; a request waiting longer than the timeout gets 503."""
+
+    def __init__(self, s: Scenario, rng: random.Random) -> None:
+        self.workers, self.busy, self.peak = s.workers, 0, 0
+        self.queue: deque[list[Any]] = deque()  # [enqueued_at, request, alive]
+        self.s, self.rng = s, rng
+
+    def service(self) -> float:
+        s = self.s
+        if s.service_dist == "exponential":
+            return self.rng.expovariate(1 / s.service_time)
+        if s.service_dist == "lognormal":
+            sigma = 0.5
+            return self.rng.lognormvariate(math.log(s.service_time) - sigma * sigma / 2, sigma)
+        return s.service_time
+
+
+class Simulation:
+    """One run of a :class:`Scenario`. ``run()`` returns the summary dict (see :func:`summarise`)."""
+
+    def __init__(self, scenario: Scenario, progress: Callable[[float], None] | None = None) -> None:
+        self.s = scenario.validate()
+        self.rng = random.Random(scenario.seed)
+        self.events: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.up = _Upstream(scenario, self.rng)
+        s = scenario
+        rate = s.workers / s.service_time * s.rate_fraction
+        self.gate = Gate(rate, s.burst if s.burst is not None else float(s.workers), spread=s.spread,
+                         max_pacing_delay=s.max_pacing_delay, tarpit=s.tarpit, now=0.0) if s.gate else None  # fmt: skip
+        self.result = HerdResult(s.clients)
+        self.ignorers = set(self.rng.sample(range(s.clients), round(s.clients * s.ignore_fraction)))
+        self.attempt_no = [0] * s.clients
+        self.previous = [0.0] * s.clients
+        self.progress = progress
+        self.series: dict[str, dict[int, float]] = {"edge": {}, "admitted": {}, "capacity": {}, "headroom": {}}
+        self.herd_left = s.clients
+
+    # -- event plumbing ---------------------------------------------------------------------
+    def at(self, t: float, kind: int, data: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, data))
+
+    def run(self) -> dict[str, Any]:
+        s = self.s
+        for i in range(s.clients):
+            offset = self.rng.uniform(0, s.release_spread) if s.release_spread else 0.0
+            self.at(s.release_at + offset, _ARRIVE, [i, s.release_at + offset])
+        if s.background_rate > 0:
+            self.at(self.rng.expovariate(s.background_rate), _ARRIVE, [-1, 0.0])
+        for t, workers in s.capacity:
+            self.at(t, _TIMEOUT, ("capacity", workers))
+        handlers = (self._arrive, self._paced, self._done, self._timeout, self._respond)
+        wall, last_report = time.monotonic(), 0
+        events = self.events
+        while events and self.herd_left:
+            t, _, kind, data = heapq.heappop(events)
+            if t > s.duration:
+                break
+            handlers[kind](t, data)
+            if self.progress and self.seq - last_report > 200_000:
+                last_report = self.seq
+                if time.monotonic() - wall > 2.0:
+                    self.progress(t)
+        summary = summarise(self._shifted(), headroom=self.headroom())
+        if s.capacity:  # the manual's ramping bound: the least T with ∫H dt = M after the release
+            bound = drain_time(s.clients, self.headroom_points())
+            summary["bound_integral_s"] = round(bound, 3)
+            summary["drain_ratio_integral"] = round(summary["drain_s"] / bound, 3)
+        summary["scenario"] = s.name
+        summary["gate"] = "admitgate" if s.gate else "none"
+        summary["peak_concurrency"] = self.up.peak
+        summary["simulated_s"] = round(t, 3) if events or not self.herd_left else None
+        return summary
+
+    def headroom(self) -> float:
+        """The bound's H: initial capacity minus the background rate."""
+        return self.s.workers / self.s.service_time - self.s.background_rate
+
+    def headroom_points(self) -> list[tuple[float, float]]:
+        """H(t) after the release as (t, H) points, capacity steps included (H floored at 0)."""
+        s = self.s
+        mu = [(0.0, s.workers / s.service_time)]
+        for t, workers in sorted(s.capacity):
+            t_rel = max(0.0, t - s.release_at)
+            mu += [(t_rel, mu[-1][1]), (t_rel, workers / s.service_time)]
+        return [(t, max(0.0, m - s.background_rate)) for t, m in mu]
+
+    def _shifted(self) -> HerdResult:
+        """Records relative to the release, as the loopback herd reports them."""
+        r0 = self.s.release_at
+        out = HerdResult(self.result.clients)
+        out.attempts = [Attempt(a.client, a.sent - r0, a.done - r0, a.status, a.retry_after)
+                        for a in self.result.attempts]  # fmt: skip
+        out.finished = {c: t - r0 for c, t in self.result.finished.items()}
+        return out
+
+    # -- the edge: the gate ---------------------------------------------------------------------
+    def _arrive(self, t: float, data: list[Any]) -> None:
+        client, sent = data
+        s, gate = self.s, self.gate
+        bucket = int(t)
+        if client >= 0:
+            self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
+        else:  # background: schedule the next one, charge it as critical
+            self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [-1, t + 0.0])
+            if gate is not None:
+                gate.try_admit(1.0, DEFAULT_CLASSES["critical"], t)
+            self._to_upstream(t, [client, t])
+            return
+        if gate is None:
+            self._to_upstream(t, [client, sent])
+            return
+        key = client if s.recognisable else None  # the connection or ticket the gate would see
+        if gate.try_admit(1.0, DEFAULT_CLASSES["default"], t):
+            if gate.spread.book:
+                gate.admitted_key(key, t)
+            self._to_upstream(t, [client, sent])
+            return
+        d = gate.decide(1.0, DEFAULT_CLASSES["default"], key, t)
+        if d.verdict is Verdict.PACE:
+            self.at(t + d.delay, _PACED, [client, sent])
+            return
+        held, retry_after = gate.hold(d)
+        self.at(t + held + s.network_delay, _RESPOND, (client, sent, 429, retry_after))
+
+    def _paced(self, t: float, data: list[Any]) -> None:
+        assert self.gate is not None
+        self.gate.release_waiter()
+        self._to_upstream(t, data)
+
+    # -- the upstream ---------------------------------------------------------------------------
+    def _to_upstream(self, t: float, request: list[Any]) -> None:
+        up = self.up
+        self.series["admitted"][int(t)] = self.series["admitted"].get(int(t), 0) + 1
+        if up.busy < up.workers:
+            self._start(t, request)
+        else:
+            entry = [t, request, True]
+            up.queue.append(entry)
+            self.at(t + self.s.queue_timeout, _TIMEOUT, entry)
+
+    def _start(self, t: float, request: list[Any]) -> None:
+        up = self.up
+        up.busy += 1
+        up.peak = max(up.peak, up.busy)
+        self.at(t + up.service(), _DONE, request)
+
+    def _done(self, t: float, request: list[Any]) -> None:
+        up = self.up
+        up.busy -= 1
+        self._drain_queue(t)
+        client, sent = request
+        self._respond(t + self.s.network_delay, (client, sent, 200, None))
+
+    def _drain_queue(self, t: float) -> None:
+        up = self.up
+        while up.queue and up.busy < up.workers:
+            entry = up.queue.popleft()
+            if entry[2]:
+                entry[2] = False
+                self._start(t, entry[1])
+
+    def _timeout(self, t: float, entry: Any) -> None:
+        if isinstance(entry, tuple):  # a capacity step
+            self.up.workers = int(entry[1])
+            self.series["capacity"][int(t)] = entry[1] / self.s.service_time
+            self._drain_queue(t)
+            return
+        if entry[2]:  # still queued: the service gives up on it
+            entry[2] = False
+            client, sent = entry[1]
+            self._respond(t + self.s.network_delay, (client, sent, 503, None))
+
+    # -- clients --------------------------------------------------------------------------------
+    def _respond(self, t: float, data: tuple[int, float, int, int | None]) -> None:
+        client, sent, status, retry_after = data
+        self.result.attempts.append(Attempt(client, sent, t, status, retry_after))
+        if client < 0:
+            return
+        if status == 200:
+            self.result.finished[client] = t
+            self.herd_left -= 1
+            return
+        delay = self._client_delay(client, retry_after)
+        self.at(t + delay + self.s.network_delay, _ARRIVE, [client, t + delay + self.s.network_delay])
+
+    def _client_delay(self, client: int, retry_after: int | None) -> float:
+        s, rng = self.s, self.rng
+        attempt = self.attempt_no[client]
+        self.attempt_no[client] = attempt + 1
+        if client in self.ignorers or s.policy == "ignore":
+            return s.ignore_interval
+        if s.policy in ("obey", "obey-jitter"):
+            if retry_after is None:
+                return backoff_delay(attempt, base=0.1, cap=5.0, uniform=rng.uniform)
+            return retry_after + (rng.uniform(0, 1) if s.policy == "obey-jitter" else 0.0)
+        delay = backoff_delay(attempt, base=0.1, cap=20.0, jitter=s.policy, previous=self.previous[client],
+                              uniform=rng.uniform)  # fmt: skip
+        self.previous[client] = delay
+        return max(delay, float(retry_after or 0))
+
+
+#: Embedded scenarios. Each is a dict of Scenario fields; a TOML file may name one as ``base``.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "cache-expiry": {"name": "cache-expiry herd"},
+    "outage-recovery": {"name": "outage, then recovery with a backlog", "release_spread": 10.0,
+                        "capacity": [(3.0, 0), (13.0, 20)]},
+    "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},
+    "step-down": {"name": "capacity steps down by half during the herd", "capacity": [(5.0, 10)]},
+    "step-up": {"name": "capacity doubles during the herd", "capacity": [(5.0, 40)]},
+    "ramp": {"name": "capacity ramps from 5 to 20 workers (warming)",
+             "capacity": [(3.0 + i, 5 + i * 1.5) for i in range(11)]},
+}  # fmt: skip
+
+
+def scenario_from(name_or_data: str | dict[str, Any] | None = None, **overrides: Any) -> Scenario:
+    """An embedded scenario by name, or a dict of fields (``base`` naming one to start from)."""
+    data: dict[str, Any] = {}
+    if isinstance(name_or_data, str):
+        if name_or_data not in SCENARIOS:
+            raise ConfigError("scenario", f"unknown; known: {', '.join(SCENARIOS)}", name_or_data)
+        data.update(SCENARIOS[name_or_data])
+    elif isinstance(name_or_data, dict):
+        base = name_or_data.get("base")
+        if base is not None:
+            data.update(scenario_from(base).__dict__)
+        data.update({k: v for k, v in name_or_data.items() if k != "base"})
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return Scenario.from_dict(data)
+
+
+def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """Run ``scenario``; return the summary (drain time vs M/H, peak-to-average, 503s, latencies...)."""
+    return Simulation(scenario, progress).run()
+
+
+def stderr_progress(t: float) -> None:
+    print(f"\r  simulated {t:8.1f} s", end="", file=sys.stderr, flush=True)
+
+
+def scenario_dict(s: Scenario) -> dict[str, Any]:
+    return asdict(s)
