@@ -130,7 +130,7 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         spec = args.scenario or "cache-expiry"
     overrides = {"clients": args.clients, "policy": args.policy, "seed": args.seed,
-                 "ignore_fraction": args.ignore_fraction, "spread": args.spread}  # fmt: skip
+                 "ignore_fraction": args.ignore_fraction, "spread": args.spread, "edge_cpu": args.edge_cpu}  # fmt: skip
     runs = []
     for gate in (True, False) if not args.gate_only else (True,):
         scenario = scenario_from(spec, gate=gate, **overrides)
@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--ignore-fraction", type=float)
     sim.add_argument("--spread", choices=["schedule", "jitter"])
     sim.add_argument("--seed", type=int)
+    sim.add_argument("--edge-cpu", type=float, help="server CPU seconds per request on one core (default 0)")
     sim.add_argument("--gate-only", action="store_true", help="skip the run without the gate")
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=_simulate)

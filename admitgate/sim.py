@@ -63,6 +63,7 @@ class Scenario:
     max_pacing_delay: float = 1.5
     tarpit: float = 1.0
     network_delay: float = 0.0005  # one way, client <-> gate
+    edge_cpu: float = 0.0  # CPU seconds per HTTP request on the server's one core (0: an ideal server)
     duration: float = 300.0  # hard bound on simulated time
     seed: int = 1
 
@@ -132,6 +133,7 @@ class Simulation:
         self.progress = progress
         self.series: dict[str, dict[int, float]] = {"edge": {}, "admitted": {}, "capacity": {}, "headroom": {}}
         self.herd_left = s.clients
+        self.cpu_free = 0.0  # when the server's core is next idle (edge_cpu > 0 only)
 
     # -- event plumbing ---------------------------------------------------------------------
     def at(self, t: float, kind: int, data: Any) -> None:
@@ -150,10 +152,17 @@ class Simulation:
         handlers = (self._arrive, self._paced, self._done, self._timeout, self._respond)
         wall, last_report = time.monotonic(), 0
         events = self.events
+        cpu = s.edge_cpu
         while events and self.herd_left:
             t, _, kind, data = heapq.heappop(events)
             if t > s.duration:
                 break
+            if cpu:
+                if t < self.cpu_free:  # the event loop is busy: everything due now runs late
+                    self.at(self.cpu_free, kind, data)
+                    continue
+                if kind == _ARRIVE:  # parsing, the gate, the response: one request's CPU
+                    self.cpu_free = t + cpu
             handlers[kind](t, data)
             if self.progress and self.seq - last_report > 200_000:
                 last_report = self.seq

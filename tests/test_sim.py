@@ -79,3 +79,11 @@ def test_cli_reads_a_toml_scenario(tmp_path, capsys) -> None:
     runs = json.loads(capsys.readouterr().out)
     assert [r["gate"] for r in runs] == ["admitgate", "none"] and runs[0]["clients"] == 300
     assert main(["simulate", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_edge_cpu_delays_events_but_keeps_the_gated_herd_safe() -> None:
+    ideal = simulate(scenario_from(SMALL))
+    busy = simulate(scenario_from(SMALL, edge_cpu=0.0005))
+    assert busy == simulate(scenario_from(SMALL, edge_cpu=0.0005))  # still deterministic
+    assert busy["server_5xx"] == 0 and busy["finished"] == 500
+    assert busy["herd_latency_p99_s"] > ideal["herd_latency_p99_s"]  # the loop lag shows in latency
