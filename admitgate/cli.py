@@ -135,6 +135,13 @@ def _simulate(args: argparse.Namespace) -> int:
     for gate in (True, False) if not args.gate_only else (True,):
         scenario = scenario_from(spec, gate=gate, **overrides)
         runs.append(simulate(scenario, stderr_progress if not args.json else None))
+    if not args.json and not args.plot:
+        for run in runs:
+            del run["series"]
+    if args.plot:
+        from .sim import plot
+
+        plot(runs, args.plot)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0
@@ -209,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int)
     sim.add_argument("--edge-cpu", type=float, help="server CPU seconds per request on one core (default 0)")
     sim.add_argument("--gate-only", action="store_true", help="skip the run without the gate")
+    sim.add_argument("--plot", metavar="PNG", help="save a plot (needs the 'plot' extra: matplotlib)")
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=_simulate)
     return parser

@@ -131,7 +131,8 @@ class Simulation:
         self.attempt_no = [0] * s.clients
         self.previous = [0.0] * s.clients
         self.progress = progress
-        self.series: dict[str, dict[int, float]] = {"edge": {}, "admitted": {}, "capacity": {}, "headroom": {}}
+        self.series: dict[str, dict[int, float]] = {"edge": {}, "admitted": {}, "served": {}, "capacity": {},
+                                                     "headroom": {}}  # fmt: skip
         self.herd_left = s.clients
         self.cpu_free = 0.0  # when the server's core is next idle (edge_cpu > 0 only)
 
@@ -153,6 +154,7 @@ class Simulation:
         wall, last_report = time.monotonic(), 0
         events = self.events
         cpu = s.edge_cpu
+        next_sample = 0.0
         while events and self.herd_left:
             t, _, kind, data = heapq.heappop(events)
             if t > s.duration:
@@ -164,6 +166,12 @@ class Simulation:
                 if kind == _ARRIVE:  # parsing, the gate, the response: one request's CPU
                     self.cpu_free = t + cpu
             handlers[kind](t, data)
+            if t >= next_sample:  # one sample a second of what the gate believes and the upstream can do
+                next_sample = math.floor(t) + 1.0
+                second = int(t)
+                self.series["capacity"][second] = self.up.workers / s.service_time
+                if self.gate is not None:
+                    self.series["headroom"][second] = self.gate.shed_rate(t)
             if self.progress and self.seq - last_report > 200_000:
                 last_report = self.seq
                 if time.monotonic() - wall > 2.0:
@@ -177,6 +185,8 @@ class Simulation:
         summary["gate"] = "admitgate" if s.gate else "none"
         summary["peak_concurrency"] = self.up.peak
         summary["simulated_s"] = round(t, 3) if events or not self.herd_left else None
+        summary["series"] = {name: {str(k - int(s.release_at)): v for k, v in sorted(values.items())}
+                             for name, values in self.series.items()}  # fmt: skip
         return summary
 
     def headroom(self) -> float:
@@ -257,6 +267,7 @@ class Simulation:
         up.busy -= 1
         self._drain_queue(t)
         client, sent = request
+        self.series["served"][int(t)] = self.series["served"].get(int(t), 0) + 1
         self._respond(t + self.s.network_delay, (client, sent, 200, None))
 
     def _drain_queue(self, t: float) -> None:
@@ -270,7 +281,6 @@ class Simulation:
     def _timeout(self, t: float, entry: Any) -> None:
         if isinstance(entry, tuple):  # a capacity step
             self.up.workers = int(entry[1])
-            self.series["capacity"][int(t)] = entry[1] / self.s.service_time
             self._drain_queue(t)
             return
         if entry[2]:  # still queued: the service gives up on it
@@ -339,6 +349,47 @@ def scenario_from(name_or_data: str | dict[str, Any] | None = None, **overrides:
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
     """Run ``scenario``; return the summary (drain time vs M/H, peak-to-average, 503s, latencies...)."""
     return Simulation(scenario, progress).run()
+
+
+_LINES = (
+    ("edge", "herd arrivals at the edge", "-"),
+    ("admitted", "forwarded to the upstream", "-"),
+    ("served", "served (2xx)", "-."),
+    ("capacity", "capacity μ", "--"),
+    ("headroom", "gate's H = rate − λ_new", ":"),
+)
+
+
+def plot(runs: list[dict[str, Any]], path: str) -> None:
+    """Save a PNG: per run, herd arrivals at the edge, admissions, capacity μ and the gate's H per second.
+
+    Needs matplotlib (``pip install 'admitgate[plot]'``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("plot", "needs matplotlib: pip install 'admitgate[plot]'") from None
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), sharey=True, squeeze=False)
+    for ax, run in zip(axes[0], runs, strict=True):
+        series = run["series"]
+        for name, label, style in _LINES:
+            points = sorted((int(k), v) for k, v in series.get(name, {}).items() if int(k) >= -1)
+            if points:
+                ax.step([p[0] for p in points], [p[1] for p in points], style, where="post", label=label)
+        bound = f"∫H dt = M at {run['bound_integral_s']} s" if "bound_integral_s" in run else f"M/H {run['bound_s']} s"
+        figures = f"drain {run['drain_s']} s ({bound}), 5xx {run['server_5xx']}"
+        ax.set_title(f"{run['scenario']}: gate = {run['gate']}\n{figures}", fontsize=9)
+        ax.set_xlabel("seconds since the release")
+        ax.set_yscale("symlog", linthresh=100)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("requests per second")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def stderr_progress(t: float) -> None:

@@ -87,3 +87,9 @@ def test_edge_cpu_delays_events_but_keeps_the_gated_herd_safe() -> None:
     assert busy == simulate(scenario_from(SMALL, edge_cpu=0.0005))  # still deterministic
     assert busy["server_5xx"] == 0 and busy["finished"] == 500
     assert busy["herd_latency_p99_s"] > ideal["herd_latency_p99_s"]  # the loop lag shows in latency
+
+
+def test_plot_writes_a_png(tmp_path) -> None:
+    path = tmp_path / "herd.png"
+    assert main(["simulate", "--clients", "300", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
