@@ -146,8 +146,9 @@ def _simulate(args: argparse.Namespace) -> int:
         print(json.dumps(runs, indent=2))
         return 0
     print(f"{runs[0]['scenario']}: {runs[0]['clients']:,} clients, bound M/H = {runs[0]['bound_s']} s")
-    keys = ["drain_s", "drain_ratio", "edge_peak_to_avg", "server_5xx", "attempts", "retry_after_max",
-            "herd_latency_p99_s", "background_success", "peak_concurrency"]  # fmt: skip
+    keys = ["drain_s", "drain_ratio", "edge_peak_to_avg", "upstream_peak_to_avg", "peak_concurrency", "server_5xx",
+            "attempts", "retry_after_min", "retry_after_p50", "retry_after_max", "herd_latency_p50_s",
+            "herd_latency_p99_s", "background_success", "background_p50_s", "background_p99_s"]  # fmt: skip
     print(f"{'':22s}" + "".join(f"{r['gate']:>14s}" for r in runs))
     for k in keys:
         print(f"{k:22s}" + "".join(f"{r[k]!s:>14s}" for r in runs))

@@ -228,5 +228,6 @@ def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
         "herd_latency_p50_s": round(_percentile(ok_latency, 0.5), 3) if ok_latency else None,
         "herd_latency_p99_s": round(_percentile(ok_latency, 0.99), 3) if ok_latency else None,
         "background_success": round(len(bg_ok) / len(bg), 3) if bg else None,
+        "background_p50_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.5), 3) if bg_ok else None,
         "background_p99_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.99), 3) if bg_ok else None,
     }

@@ -163,8 +163,8 @@ class Simulation:
                 if t < self.cpu_free:  # the event loop is busy: everything due now runs late
                     self.at(self.cpu_free, kind, data)
                     continue
-                if kind == _ARRIVE:  # parsing, the gate, the response: one request's CPU
-                    self.cpu_free = t + cpu
+                if kind == _ARRIVE or (kind == _TIMEOUT and isinstance(data, list) and data[2]):
+                    self.cpu_free = t + cpu  # a request parsed and answered; a queue timeout cancelled and answered
             handlers[kind](t, data)
             if t >= next_sample:  # one sample a second of what the gate believes and the upstream can do
                 next_sample = math.floor(t) + 1.0
@@ -177,6 +177,9 @@ class Simulation:
                 if time.monotonic() - wall > 2.0:
                     self.progress(t)
         summary = summarise(self._shifted(), headroom=self.headroom())
+        upstream = [v for k, v in self.series["admitted"].items() if k >= s.release_at + 1] or [0]
+        mean_up = sum(upstream) / len(upstream)
+        summary["upstream_peak_to_avg"] = round(max(upstream) / mean_up, 3) if mean_up else None
         if s.capacity:  # the manual's ramping bound: the least T with ∫H dt = M after the release
             bound = drain_time(s.clients, self.headroom_points())
             summary["bound_integral_s"] = round(bound, 3)
