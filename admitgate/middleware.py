@@ -140,9 +140,9 @@ class AdmitGate:
         ident = self.identify(scope, now)
         decision = gate.decide(rule.cost, rule.priority, ident, now)
         if decision.verdict is Verdict.PACE:
-            receive = await self._hold(receive, decision.delay, rule.cost)
-            if receive is not None:
-                await self.app(scope, receive, self._with_limit_fields(send) if self._on_admit else send)
+            replay = await self._hold(receive, decision.delay, rule.cost)
+            if replay is not None:  # None: the client went away while held
+                await self.app(scope, replay, self._with_limit_fields(send) if self._on_admit else send)
             return
         held, retry_after = self.gate.hold(decision)
         if held and self.tarpitted < self.max_tarpitted:

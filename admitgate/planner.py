@@ -182,7 +182,10 @@ def plan(
                     exact, normal, None, conflict,
                     _remedies(m, h, low, high, upper, retry_after, service_time, connections, eps, reset))  # fmt: skip
     window = optimum.window if optimum else low.seconds
-    binding = low.name if not optimum or window == low.seconds else ("economic" if window < upper else high.name)
+    if not optimum or window == low.seconds:
+        binding = low.name
+    else:  # the optimum lies above the lower bound: free, or clamped by the tightest upper bound
+        binding = high.name if high is not None and window >= upper else "economic"
     return Plan(m, h, retry_after, tuple(bounds), low.seconds, upper, True, window, binding, m / window,
                 retry_after + window / 2, retry_after + 0.95 * window, exact, normal, optimum)  # fmt: skip
 
