@@ -119,7 +119,7 @@ class Router:
     def _class(self, field: str, name: object) -> Priority:
         if name not in self.classes:
             raise ConfigError(field, f"unknown class; known: {sorted(self.classes)}", name)
-        return self.classes[name]  # type: ignore[index]
+        return self.classes[name]
 
     def resolve(self, path: str) -> Rule:
         rule = self.static_rules.get(path)
