@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backoff import backoff_delay
+
 
 @dataclass(slots=True)
 class Attempt:
@@ -152,8 +154,8 @@ async def run_herd(
                 delay = ignore_interval
             elif retry_after is not None:
                 delay = float(retry_after)
-            else:
-                delay = rng.uniform(0, min(5.0, 0.1 * 2**attempt))
+            else:  # retry k (from 1) without a Retry-After: U(0, min(5, 0.1 * 2^k)), as the simulator models
+                delay = backoff_delay(attempt, base=0.1, cap=5.0, uniform=rng.uniform)
             await asyncio.sleep(max(0.0, min(delay, stop_at - time.monotonic())))
 
     async def background(until: asyncio.Event) -> None:

@@ -311,8 +311,8 @@ class Simulation:
         if client in self.ignorers or s.policy == "ignore":
             return s.ignore_interval
         if s.policy in ("obey", "obey-jitter"):
-            if retry_after is None:
-                return backoff_delay(attempt, base=0.1, cap=5.0, uniform=rng.uniform)
+            if retry_after is None:  # retry k (from 1): U(0, min(5, 0.1 * 2^k)), as the loopback herd does
+                return backoff_delay(attempt + 1, base=0.1, cap=5.0, uniform=rng.uniform)
             return retry_after + (rng.uniform(0, 1) if s.policy == "obey-jitter" else 0.0)
         delay = backoff_delay(attempt, base=0.1, cap=20.0, jitter=s.policy, previous=self.previous[client],
                               uniform=rng.uniform)  # fmt: skip
@@ -323,6 +323,8 @@ class Simulation:
 #: Embedded scenarios. Each is a dict of Scenario fields; a TOML file may name one as ``base``.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "cache-expiry": {"name": "cache-expiry herd"},
+    # bench/herd.py's setup, with the demo server's measured CPU per request or timeout on its one core
+    "loopback-demo": {"name": "cache-expiry herd on the loopback demo server", "edge_cpu": 0.0002},
     "outage-recovery": {"name": "outage, then recovery with a backlog", "release_spread": 10.0,
                         "capacity": [(3.0, 0), (13.0, 20)]},
     "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},
