@@ -54,7 +54,8 @@ class HeaderPolicy:
     admitted responses. ``status``: 429 (default) or 503 for rejections.
     """
 
-    __slots__ = ("_expose", "_name", "_policy_cache", "draft", "legacy", "on_admit", "policy_name", "status")
+    __slots__ = ("_expose", "_name", "_policy_cache", "_rejections", "draft", "legacy", "on_admit", "policy_name",
+                 "status")  # fmt: skip
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class HeaderPolicy:
             exposed += ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
         self._expose = ", ".join(exposed).encode()
         self._policy_cache: tuple[float, bytes, bytes] = (-1.0, b"", b"")
+        self._rejections: dict[tuple[int, float], tuple[list[Header], bytes]] = {}
 
     @property
     def expose(self) -> bytes:
@@ -105,7 +107,20 @@ class HeaderPolicy:
         return out
 
     def rejection(self, retry_after: int, rate: float) -> tuple[list[Header], bytes]:
-        """Headers and body for a rejection with a ``retry_after`` of whole seconds (>= 1)."""
+        """Headers and body for a rejection with a ``retry_after`` of whole seconds (>= 1).
+
+        Both depend only on (retry_after, rate), so they are rendered once and reused (a herd gets
+        thousands of 429s a second); the cache is cleared when it passes 1,024 entries. The
+        returned list is a fresh copy that the caller may extend.
+        """
+        cached = self._rejections.get((retry_after, rate))
+        if cached is None:
+            if len(self._rejections) >= 1024:
+                self._rejections.clear()
+            cached = self._rejections[(retry_after, rate)] = self._render_rejection(retry_after, rate)
+        return list(cached[0]), cached[1]
+
+    def _render_rejection(self, retry_after: int, rate: float) -> tuple[list[Header], bytes]:
         body = problem_body(self.status, retry_after, self.policy_name)
         headers = [
             (b"content-type", b"application/problem+json"),

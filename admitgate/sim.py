@@ -327,9 +327,9 @@ class Simulation:
 SCENARIOS: dict[str, dict[str, Any]] = {
     "cache-expiry": {"name": "cache-expiry herd"},
     # bench/herd.py's setup with the demo server's measured CPU on its one core: ~200 µs per request
-    # or queue timeout (no-gate herd: 2.99 s / 14,957), 152 µs per 429 (wrk against an all-rejecting gate)
+    # or queue timeout (no-gate herd: 2.99 s / 14,957), 108 µs per 429 (wrk against an all-rejecting gate)
     "loopback-demo": {"name": "cache-expiry herd on the loopback demo server", "edge_cpu": 0.0002,
-                      "reject_cpu": 0.000152},
+                      "reject_cpu": 0.000108},
     "outage-recovery": {"name": "outage, then recovery with a backlog", "release_spread": 10.0,
                         "capacity": [(3.0, 0), (13.0, 20)]},
     "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},

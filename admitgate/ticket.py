@@ -10,7 +10,6 @@ a schedule), so a client cannot forge another client's slot. Parsing never raise
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import math
 import secrets
@@ -32,7 +31,7 @@ class RetryTicket:
         self._secret = secret if secret else secrets.token_bytes(32)
 
     def _sign(self, body: str) -> str:
-        return _b64(hmac.new(self._secret, body.encode(), hashlib.sha256).digest()[:12])
+        return _b64(hmac.digest(self._secret, body.encode(), "sha256")[:12])
 
     def issue(self, ticket_id: str, expires_wall: float) -> str:
         """A ticket value for ``ticket_id`` valid until ``expires_wall`` (Unix seconds)."""
