@@ -24,7 +24,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .backoff import backoff_delay
@@ -223,7 +223,7 @@ class Simulation:
         if client >= 0:
             self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
         else:  # background: schedule the next one, charge it as critical
-            self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [-1, t + 0.0])
+            self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [-1, t])
             if gate is not None:
                 gate.try_admit(1.0, DEFAULT_CLASSES["critical"], t)
             self._to_upstream(t, [client, t])
@@ -404,7 +404,3 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
 
 def stderr_progress(t: float) -> None:
     print(f"\r  simulated {t:8.1f} s", end="", file=sys.stderr, flush=True)
-
-
-def scenario_dict(s: Scenario) -> dict[str, Any]:
-    return asdict(s)
