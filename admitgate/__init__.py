@@ -1,7 +1,7 @@
 """admitgate: admission control that paces bursts and spreads rejected herds.
 
-    from admitgate import AdmitGate
-    app.add_middleware(AdmitGate, rate=200)
+from admitgate import AdmitGate
+app.add_middleware(AdmitGate, rate=200)
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .clock import Clock, ManualClock
 from .errors import ConfigError
+from .estimators import AIMD, BandwidthDelay, Estimator, Gradient, Static
 from .gate import Decision, Gate, GateStats, Verdict
 from .headers import HeaderPolicy
-from .headroom import Headroom, StaticHeadroom
+from .headroom import Headroom, LiveHeadroom, StaticHeadroom
 from .identity import client_address, connection_key, header_key
 from .middleware import AdmitGate
 from .pacer import TokenPacer
+from .probes import Probes
 from .routing import Priority, Router, Rule
 from .spread import JitterSpread, ScheduleSpread, SpreadPolicy
 from .ticket import RetryTicket
@@ -26,22 +28,29 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
 __all__ = [
+    "AIMD",
     "AdmitGate",
+    "BandwidthDelay",
     "Clock",
     "ConfigError",
     "Decision",
+    "Estimator",
     "Gate",
     "GateStats",
+    "Gradient",
     "HeaderPolicy",
     "Headroom",
     "JitterSpread",
+    "LiveHeadroom",
     "ManualClock",
     "Priority",
+    "Probes",
     "RetryTicket",
     "Router",
     "Rule",
     "ScheduleSpread",
     "SpreadPolicy",
+    "Static",
     "StaticHeadroom",
     "TokenPacer",
     "Verdict",

@@ -26,6 +26,7 @@ from enum import Enum
 from .errors import ConfigError, non_negative, positive
 from .headroom import Headroom, StaticHeadroom
 from .pacer import TokenPacer
+from .probes import Probes
 from .routing import Priority
 from .spread import SpreadPolicy, spread_from_name
 
@@ -102,6 +103,11 @@ class Gate:
     at least 1000, since a schedule returns up to rate × lead clients at once); ``spread``: ``"schedule"``,
     ``"jitter"`` or a :class:`SpreadPolicy`; ``max_retry_after``: cap, seconds;
     ``tarpit``: how long to hold the 429 of a recognised client that came back early, seconds.
+    ``standing_queue``/``fresh_pacing_delay`` (seconds): once the pacing queue has not emptied for
+    ``standing_queue``, a request that holds no slot is paced at most ``fresh_pacing_delay`` and
+    otherwise gets a slot (Facebook's adaptive queue timeout, CoDel's standing queue). Pacing is for
+    bursts and for clients returning to their slot; under sustained overload a long hold for fresh
+    arrivals is only added latency, and a delay line the estimators would have to see through.
     """
 
     def __init__(
@@ -116,6 +122,8 @@ class Gate:
         max_keys: int = 100_000,
         refresh_interval: float = 0.1,
         tarpit: float = 1.0,
+        standing_queue: float = 2.0,
+        fresh_pacing_delay: float = 0.1,
         now: float = 0.0,
     ) -> None:
         self.headroom: Headroom = StaticHeadroom(rate) if isinstance(rate, (int, float)) else rate
@@ -133,6 +141,9 @@ class Gate:
             raise ConfigError("max_retry_after", "must be >= 1 second", max_retry_after)
         self.refresh_interval = positive("refresh_interval", refresh_interval)
         self.tarpit = non_negative("tarpit", tarpit)
+        self.standing_queue = non_negative("standing_queue", standing_queue)
+        self.fresh_pacing_delay = non_negative("fresh_pacing_delay", fresh_pacing_delay)
+        self._queue_since = now  # when the pacing queue last started from empty
         # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
         self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
         if isinstance(spread, str):
@@ -141,6 +152,8 @@ class Gate:
             raise ConfigError("spread", "expected 'schedule', 'jitter' or a SpreadPolicy", spread)
         self.spread: SpreadPolicy = spread
         self.stats = GateStats()
+        #: probe aggregates the middleware records into, if the headroom source reads them (else None)
+        self.probes: Probes | None = getattr(self.headroom, "probes", None)
         self.waiters = 0
         self._critical = _RateMeter()
         self.next_refresh = now + self.refresh_interval
@@ -157,6 +170,21 @@ class Gate:
     def critical_rate(self, now: float) -> float:
         """λ_new: measured rate of critical (never shed) traffic, requests/s."""
         return self._critical.rate(now)
+
+    def state(self, now: float) -> dict[str, float | str | None]:
+        """What the gate believes now: rate, λ_new and H (requests/s), plus the estimator's state."""
+        critical = self._critical.rate(now)
+        out: dict[str, float | str | None] = {"rate": self.pacer.rate, "critical_rate": critical}
+        out.update(headroom=self.shed_rate(now), waiters=float(self.waiters))
+        reader = getattr(self.headroom, "state", None)
+        if reader is not None:
+            live = reader()
+            out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
+                       lambda_new=critical + live.background, baseline_latency=live.baseline, latency=live.latency,
+                       completion_rate=live.completion_rate, inflight=float(live.inflight))  # fmt: skip
+        else:
+            out.update(lambda_new=critical, mu=self.pacer.rate)
+        return out
 
     def shed_rate(self, now: float) -> float:
         """The rate the sheddable cohort may come back at: H = μ − λ_new (floored)."""
@@ -186,16 +214,24 @@ class Gate:
         """Slow path after :meth:`try_admit` failed: pace or reject."""
         pacer = self.pacer
         keep = priority.reserve * pacer.burst
+        held = None
         if key is not None:
             held = self.spread.slot_of(key, now)
             if held is not None and held - now > self.max_pacing_delay:
                 return self._reject(held, now, early=True)  # same slot, schedule untouched
         if self.waiters < self.max_waiters:
-            wait = pacer.reserve(cost, now, self.max_pacing_delay, keep)
+            longest = self.max_pacing_delay
+            if not self.waiters:
+                self._queue_since = now
+            elif held is None and now - self._queue_since > self.standing_queue:
+                longest = min(longest, self.fresh_pacing_delay)  # a standing queue: fresh arrivals get a slot
+            wait = pacer.reserve(cost, now, longest, keep)
             if wait is not None:
                 self.admitted_key(key, now)
                 self.waiters += 1
                 self.stats.paced += 1
+                if self.probes is not None:
+                    self.probes.limited(wait)
                 return Decision(Verdict.PACE, delay=wait, rate=pacer.rate)
         earliest = now + pacer.wait_time(cost, now, keep)
         slot = self.spread.assign(key, now, self.shed_rate(now), earliest, cost)
@@ -205,6 +241,8 @@ class Gate:
         retry_after = min(max(1, math.ceil(slot - now - self.lead - 1e-9)), int(self.max_retry_after))
         stats = self.stats
         stats.rejected += 1
+        if self.probes is not None:
+            self.probes.limited()
         if early:
             stats.early += 1
         return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate, early=early)

@@ -1,18 +1,37 @@
 """The headroom seam: where the pacer's refill rate comes from.
 
-A :class:`Headroom` reports the rate (requests/s) the gate may admit for gated
-traffic at a given time. The gate polls it on a cadence (``refresh_interval``) and
-pushes changes into the pacer, so a live estimator plugs in here without touching
-the request path. Critical traffic is charged against the same bucket, so the rate
-reported here is the capacity μ the gated classes share; what sheddable traffic
-gets is μ − λ_new, measured by the gate.
+A :class:`Headroom` reports the rate (requests/s) the gate may admit for gated traffic at a given
+time. The gate polls it on a cadence (``refresh_interval``) and pushes changes into the pacer, so a
+live estimator plugs in here without touching the request path.
+
+Critical traffic is charged against the same bucket and measured by the gate, so the rate reported
+here is what all gated classes share; sheddable traffic gets H = rate − λ_critical. That is the
+exact form of H = μ − λ_new: the protected traffic is subtracted as it arrives, not after a meter
+has caught up with it.
+
+* :class:`StaticHeadroom`: a configured rate.
+* :class:`LiveHeadroom`: a capacity estimator (:mod:`admitgate.estimators`) fed by the
+  :class:`~admitgate.probes.Probes` the middleware records, optionally capped or replaced by external
+  capacity probes (a pool's free connections, a dependency's own headroom) and reduced by an external
+  background rate, then clamped to [floor, ceiling] and to ``max_step`` per update.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .errors import positive
+from .errors import ConfigError, non_negative, positive
+from .estimators import Estimator, Window
+from .probes import Probes
+
+log = logging.getLogger("admitgate")
+
+#: An external probe: called with the gate's time (seconds), returns requests/s or None (no opinion).
+ExternalProbe = Callable[[float], "float | None"]
 
 
 @runtime_checkable
@@ -35,3 +54,180 @@ class StaticHeadroom:
 
     def __repr__(self) -> str:
         return f"StaticHeadroom({self._rate:g}/s)"
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomState:
+    """What the estimator believes now (for metrics and logs). Rates in requests/s, times in seconds."""
+
+    estimator: str
+    state: str  # "warming", "low-traffic", or the estimator's own (probing, draining, ...)
+    mu: float | None  # capacity estimate
+    rate: float  # the rate pushed to the pacer
+    background: float  # external background rate subtracted (λ_new beyond the gate's critical traffic)
+    baseline: float | None  # baseline latency
+    latency: float | None  # mean latency of the last window
+    completion_rate: float  # completions per second in the last window
+    inflight: int
+
+
+class LiveHeadroom:
+    """H(t) from live probes.
+
+    ``estimator``: an :class:`~admitgate.estimators.Estimator`. ``initial``: the rate before any
+    evidence (requests/s; cold start is permissive: the rate also follows twice the admitted rate
+    until ``min_samples`` completions have been seen). ``floor``/``ceiling``: bounds of the rate.
+    ``max_step``: largest relative change per update (0.25: × or ÷ 1.25). ``window``: seconds of probes an
+    update reads, widened up to the whole probe ring until it holds ``min_samples`` completions;
+    with fewer the rate holds (low traffic: no decision on a handful of samples).
+    ``capacity_probes``: callables ``now -> requests/s | None`` that cap μ (``probe_mode="cap"``) or
+    replace it (``"replace"``). ``background``: a rate or a callable for traffic the gate does not
+    see that uses the same capacity; it is subtracted from μ unless μ is measured from this gate's
+    own traffic (which already excludes it).
+    """
+
+    def __init__(
+        self,
+        estimator: Estimator,
+        *,
+        initial: float = 100.0,
+        floor: float = 1.0,
+        ceiling: float = 100_000.0,
+        max_step: float = 0.25,
+        window: float = 1.0,
+        min_samples: int = 20,
+        capacity_probes: Iterable[ExternalProbe] = (),
+        probe_mode: str = "cap",
+        background: float | ExternalProbe = 0.0,
+        probes: Probes | None = None,
+        now: float = 0.0,
+    ) -> None:
+        if not isinstance(estimator, Estimator):
+            raise ConfigError("headroom.estimator", "expected an Estimator", estimator)
+        self.estimator = estimator
+        self.floor = positive("headroom.floor", floor)
+        self.ceiling = positive("headroom.ceiling", ceiling)
+        if self.ceiling < self.floor:
+            raise ConfigError("headroom.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
+        self.initial = min(max(positive("headroom.initial", initial), self.floor), self.ceiling)
+        self.max_step = positive("headroom.max_step", max_step)
+        self.window = positive("headroom.window", window)
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
+            raise ConfigError("headroom.min_samples", "must be an integer >= 1", min_samples)
+        self.min_samples = min_samples
+        if probe_mode not in ("cap", "replace"):
+            raise ConfigError("headroom.probe_mode", "must be 'cap' or 'replace'", probe_mode)
+        self.probe_mode = probe_mode
+        self.capacity_probes = list(capacity_probes)
+        for probe in self.capacity_probes:
+            if not callable(probe):
+                raise ConfigError("headroom.capacity_probes", "each must be callable", probe)
+        if not callable(background):
+            non_negative("headroom.background", background)
+        self.background = background
+        self.probes = probes or Probes(now=now)
+        self._rate = self.initial
+        self._warm = False
+        self._last = now
+        self._seen = len(self.probes.ring)
+        self._window: Window | None = None
+        self._state = "warming"
+        self._background = 0.0
+        self._failed: set[int] = set()
+
+    def rate(self, now: float) -> float:
+        """The rate for the pacer (requests/s); updates at most once per probe bucket."""
+        probes = self.probes
+        probes.roll(now)
+        ring = probes.ring
+        closed = ring[-1].end if ring else None
+        if closed is None or closed <= self._last:
+            return self._rate
+        dt, self._last = min(closed - self._last, 1.0), closed  # a long idle gap counts as one second
+        window = self._summarise(now, dt)
+        self._window = window
+        estimator = self.estimator
+        if not estimator.measured:  # a configured capacity needs no evidence
+            self._state = estimator.state
+            target = estimator.estimate(window) if window is not None else (estimator.mu or self._rate)
+        elif window is None:
+            self._state = "warming" if not self._warm else "low-traffic"
+            target = self._rate
+            if not self._warm:  # cold start: stay permissive, follow the demand
+                target = max(target, 2 * sum(b.admitted for b in ring) / (len(ring) * probes.width))
+        else:
+            self._warm = True
+            target = estimator.estimate(window)
+            self._state = estimator.state
+        return self._push(self._external(target, now))
+
+    def _summarise(self, now: float, dt: float) -> Window | None:
+        ring = self.probes.ring
+        completed = drops = shed = 0
+        latency = 0.0
+        span = 0.0
+        width = self.probes.width
+        for bucket in reversed(ring):
+            completed += bucket.completed
+            latency += bucket.latency
+            drops += bucket.drops
+            shed += bucket.shed
+            span += width
+            if span >= self.window - 1e-9 and completed >= self.min_samples:
+                break
+        if completed < self.min_samples:
+            return None
+        newest = list(ring)[-3:]
+        busy = sum(b.busy for b in newest[-2:]) / len(newest[-2:])
+        n = lat = 0.0
+        for bucket in reversed(newest):
+            n += bucket.completed
+            lat += bucket.latency
+            if n >= 10:
+                break
+        recent = lat / n if n else latency / completed
+        return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
+                      recent, shed > 0, self._rate)  # fmt: skip
+
+    def _external(self, mu: float, now: float) -> float:
+        caps = [c for c in (self._call(p, now) for p in self.capacity_probes) if c is not None]
+        if caps:
+            mu = min(caps) if self.probe_mode == "replace" else min(mu, *caps)
+        background = self.background
+        self._background = (self._call(background, now) or 0.0) if callable(background) else background
+        if self._background and not (self.estimator.measured and not (caps and self.probe_mode == "replace")):
+            mu -= self._background
+        return mu
+
+    def _call(self, probe: ExternalProbe, now: float) -> float | None:
+        """Run a user probe; a failing or nonsensical one is ignored (logged once), never raised."""
+        try:
+            value = probe(now)
+            if value is None:
+                return None
+            value = float(value)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"returned {value!r}")
+            return value
+        except Exception as exc:
+            if id(probe) not in self._failed:
+                self._failed.add(id(probe))
+                log.warning("admitgate: external probe %r failed (%s); ignoring it", probe, exc)
+            return None
+
+    def _push(self, target: float) -> float:
+        if not math.isfinite(target):
+            target = self._rate
+        old, step = self._rate, 1 + self.max_step  # a step is symmetric on a log scale: ×1.25 or ÷1.25
+        target = min(max(target, old / step), old * step)
+        self._rate = min(max(target, self.floor), self.ceiling)
+        return self._rate
+
+    def state(self) -> HeadroomState:
+        w, e = self._window, self.estimator
+        return HeadroomState(e.name, self._state, e.mu, self._rate, self._background, e.baseline,
+                             w.latency if w else None, w.completion_rate if w else 0.0,
+                             self.probes.inflight)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"LiveHeadroom({self.estimator.name}, rate={self._rate:.4g}/s, {self._state})"

@@ -7,7 +7,11 @@ little later, and a critical request is charged even when the bucket is empty
 an injected clock) and does O(1) work; nothing reads time or does I/O here.
 
 Rate changes are exact: tokens accrued at the old rate up to ``now`` are kept,
-and the new rate applies from ``now`` on.
+and the new rate applies from ``now`` on. A *debt* (negative tokens: reservations
+already promised) is a schedule in time, not a count: it keeps its length in seconds
+across a rate change, and so does the debt floor. Otherwise a rate cut would turn the
+requests already promised at the old rate into a gap of several seconds with no
+admissions at all, and a rate rise would let fresh arrivals jump the paced queue.
 """
 
 from __future__ import annotations
@@ -58,7 +62,11 @@ class TokenPacer:
         """Change the refill rate at ``now``; tokens accrued so far keep the old rate."""
         if not rate > 0 or rate == float("inf"):
             raise ConfigError("rate", "must be a finite number > 0", rate)
-        self._refill(now)
+        tokens = self._refill(now)
+        scale = float(rate) / self._rate
+        if tokens < 0:
+            self._tokens = tokens * scale
+        self._floor *= scale
         self._rate = float(rate)
 
     def set_burst(self, burst: float, now: float) -> None:

@@ -50,7 +50,9 @@ class Scenario:
     service_time: float = 0.1  # mean
     service_dist: str = "fixed"  # fixed | exponential | lognormal
     queue_timeout: float = 1.0
-    capacity: list[tuple[float, float]] = field(default_factory=list)  # (time, workers) steps
+    capacity: list[tuple[float, ...]] = field(default_factory=list)  # (time, workers[, service_time]) steps
+    demand: list[tuple[float, float]] = field(default_factory=list)  # (time, rate) open-loop arrivals, no retries
+    estimator: dict[str, Any] | None = None  # a [headroom] table: the gate's rate is estimated live
     background_rate: float = 20.0
     policy: str = "obey"
     ignore_fraction: float = 0.0
@@ -69,8 +71,8 @@ class Scenario:
     seed: int = 1
 
     def validate(self) -> Scenario:
-        if self.clients < 1:
-            raise ConfigError("clients", "must be >= 1", self.clients)
+        if self.clients < (0 if self.demand else 1):
+            raise ConfigError("clients", "must be >= 1 (or >= 0 with a demand schedule)", self.clients)
         if self.workers < 1:
             raise ConfigError("workers", "must be >= 1", self.workers)
         if self.policy not in POLICIES:
@@ -91,8 +93,9 @@ class Scenario:
         if unknown:
             raise ConfigError(sorted(unknown)[0], f"unknown scenario field; known: {', '.join(sorted(known))}")
         data = dict(data)
-        if "capacity" in data:
-            data["capacity"] = [tuple(step) for step in data["capacity"]]
+        for key in ("capacity", "demand"):
+            if key in data:
+                data[key] = [tuple(step) for step in data[key]]
         return cls(**data).validate()
 
 
@@ -101,17 +104,18 @@ class _Upstream:
 
     def __init__(self, s: Scenario, rng: random.Random) -> None:
         self.workers, self.busy, self.peak = s.workers, 0, 0
+        self.service_time = s.service_time
         self.queue: deque[list[Any]] = deque()  # [enqueued_at, request, alive]
         self.s, self.rng = s, rng
 
     def service(self) -> float:
-        s = self.s
-        if s.service_dist == "exponential":
-            return self.rng.expovariate(1 / s.service_time)
-        if s.service_dist == "lognormal":
+        dist, mean = self.s.service_dist, self.service_time
+        if dist == "exponential":
+            return self.rng.expovariate(1 / mean)
+        if dist == "lognormal":
             sigma = 0.5
-            return self.rng.lognormvariate(math.log(s.service_time) - sigma * sigma / 2, sigma)
-        return s.service_time
+            return self.rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+        return mean
 
 
 class Simulation:
@@ -124,7 +128,15 @@ class Simulation:
         self.seq = 0
         self.up = _Upstream(scenario, self.rng)
         s = scenario
-        rate = s.workers / s.service_time * s.rate_fraction
+        rate: Any = s.workers / s.service_time * s.rate_fraction
+        if s.estimator is not None:
+            from .config import headroom_from_config
+
+            table = dict(s.estimator)
+            name = table.get("estimator", "bdp")
+            if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
+                table[name] = {"seed": s.seed, **table.get(name, {})}
+            rate = headroom_from_config(table)
         self.gate = Gate(rate, s.burst if s.burst is not None else float(s.workers), spread=s.spread,
                          max_pacing_delay=s.max_pacing_delay, tarpit=s.tarpit, now=0.0) if s.gate else None  # fmt: skip
         self.result = HerdResult(s.clients)
@@ -136,6 +148,12 @@ class Simulation:
                                                      "headroom": {}}  # fmt: skip
         self.herd_left = s.clients
         self.cpu_free = 0.0  # when the server's core is next idle (edge_cpu > 0 only)
+        self.probes = self.gate.probes if self.gate is not None else None
+        #: every 0.1 s: (t, true capacity, the gate's rate, the estimator's μ or None)
+        self.trace: list[tuple[float, float, float, float | None]] = []
+        #: open-loop requests: (time answered, latency from admission or None if rejected, status)
+        self.outcomes: list[tuple[float, float | None, int]] = []
+        self.demand_max = max((r for _, r in s.demand), default=0.0)
 
     # -- event plumbing ---------------------------------------------------------------------
     def at(self, t: float, kind: int, data: Any) -> None:
@@ -149,14 +167,18 @@ class Simulation:
             self.at(s.release_at + offset, _ARRIVE, [i, s.release_at + offset])
         if s.background_rate > 0:
             self.at(self.rng.expovariate(s.background_rate), _ARRIVE, [-1, 0.0])
-        for t, workers in s.capacity:
-            self.at(t, _TIMEOUT, ("capacity", workers))
+        for step in s.capacity:
+            self.at(step[0], _TIMEOUT, ("capacity", *step[1:]))
+        if self.demand_max > 0:
+            self.at(self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
         handlers = (self._arrive, self._paced, self._done, self._timeout, self._respond)
         wall, last_report = time.monotonic(), 0
         events = self.events
         cpu = s.edge_cpu
         next_sample = 0.0
-        while events and self.herd_left:
+        open_loop = bool(s.demand)
+        next_trace = 0.0
+        while events and (self.herd_left or open_loop):
             t, _, kind, data = heapq.heappop(events)
             if t > s.duration:
                 break
@@ -167,16 +189,23 @@ class Simulation:
                 if kind == _ARRIVE or (kind == _TIMEOUT and isinstance(data, list) and data[2]):
                     self.cpu_free = t + cpu  # a request parsed and answered; a queue timeout cancelled and answered
             handlers[kind](t, data)
+            if open_loop and t >= next_trace:
+                next_trace = round(t * 10) / 10 + 0.1
+                mu = None if self.gate is None else getattr(getattr(self.gate.headroom, "estimator", None), "mu", None)
+                rate = self.gate.pacer.rate if self.gate is not None else float("inf")
+                self.trace.append((round(t, 1), self.up.workers / self.up.service_time, rate, mu))
             if t >= next_sample:  # one sample a second of what the gate believes and the upstream can do
                 next_sample = math.floor(t) + 1.0
                 second = int(t)
-                self.series["capacity"][second] = self.up.workers / s.service_time
+                self.series["capacity"][second] = self.up.workers / self.up.service_time
                 if self.gate is not None:
                     self.series["headroom"][second] = self.gate.shed_rate(t)
             if self.progress and self.seq - last_report > 200_000:
                 last_report = self.seq
                 if time.monotonic() - wall > 2.0:
                     self.progress(t)
+        if open_loop and not s.clients:
+            return {"scenario": s.name, "simulated_s": round(t, 3)}
         summary = summarise(self._shifted(), headroom=self.headroom())
         upstream = [v for k, v in self.series["admitted"].items() if k >= s.release_at + 1] or [0]
         mean_up = sum(upstream) / len(upstream)
@@ -201,9 +230,11 @@ class Simulation:
         """H(t) after the release as (t, H) points, capacity steps included (H floored at 0)."""
         s = self.s
         mu = [(0.0, s.workers / s.service_time)]
-        for t, workers in sorted(s.capacity):
+        service = s.service_time
+        for t, workers, *rest in sorted(s.capacity):
+            service = float(rest[0]) if rest else service
             t_rel = max(0.0, t - s.release_at)
-            mu += [(t_rel, mu[-1][1]), (t_rel, workers / s.service_time)]
+            mu += [(t_rel, mu[-1][1]), (t_rel, workers / service)]
         return [(t, max(0.0, m - s.background_rate)) for t, m in mu]
 
     def _shifted(self) -> HerdResult:
@@ -220,6 +251,9 @@ class Simulation:
         client, sent = data
         s, gate = self.s, self.gate
         bucket = int(t)
+        if client == -2:
+            self._open_loop(t)
+            return
         if client >= 0:
             self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
         else:  # background: schedule the next one, charge it as critical
@@ -246,6 +280,29 @@ class Simulation:
             self.cpu_free += s.reject_cpu - s.edge_cpu
         self.at(t + held + s.network_delay, _RESPOND, (client, sent, 429, retry_after))
 
+    def _demand(self, t: float) -> float:
+        rate = 0.0
+        for start, value in self.s.demand:
+            if start <= t:
+                rate = value
+        return rate
+
+    def _open_loop(self, t: float) -> None:
+        """One open-loop arrival (Poisson at the demand schedule's rate, by thinning); no retries."""
+        self.at(t + self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
+        if self.rng.random() * self.demand_max >= self._demand(t):
+            return
+        gate = self.gate
+        request = [-2, t]
+        if gate is None or gate.try_admit(1.0, DEFAULT_CLASSES["default"], t):
+            self._to_upstream(t, request)
+            return
+        d = gate.decide(1.0, DEFAULT_CLASSES["default"], None, t)
+        if d.verdict is Verdict.PACE:
+            self.at(t + d.delay, _PACED, request)
+        else:
+            self.outcomes.append((t, None, 429))
+
     def _paced(self, t: float, data: list[Any]) -> None:
         assert self.gate is not None
         self.gate.release_waiter()
@@ -255,6 +312,9 @@ class Simulation:
     def _to_upstream(self, t: float, request: list[Any]) -> None:
         up = self.up
         self.series["admitted"][int(t)] = self.series["admitted"].get(int(t), 0) + 1
+        request.append(t)  # admitted at
+        if self.probes is not None:
+            self.probes.admit(t)
         if up.busy < up.workers:
             self._start(t, request)
         else:
@@ -272,7 +332,12 @@ class Simulation:
         up = self.up
         up.busy -= 1
         self._drain_queue(t)
-        client, sent = request
+        client, sent, admitted = request
+        if self.probes is not None:
+            self.probes.complete(t - admitted, 200, t)
+        if client == -2:
+            self.outcomes.append((t, t - admitted, 200))
+            return
         self.series["served"][int(t)] = self.series["served"].get(int(t), 0) + 1
         self._respond(t + self.s.network_delay, (client, sent, 200, None))
 
@@ -287,11 +352,18 @@ class Simulation:
     def _timeout(self, t: float, entry: Any) -> None:
         if isinstance(entry, tuple):  # a capacity step
             self.up.workers = int(entry[1])
+            if len(entry) > 2:
+                self.up.service_time = float(entry[2])
             self._drain_queue(t)
             return
         if entry[2]:  # still queued: the service gives up on it
             entry[2] = False
-            client, sent = entry[1]
+            client, sent, admitted = entry[1]
+            if self.probes is not None:
+                self.probes.complete(t - admitted, 503, t)
+            if client == -2:
+                self.outcomes.append((t, t - admitted, 503))
+                return
             self._respond(t + self.s.network_delay, (client, sent, 503, None))
 
     # -- clients --------------------------------------------------------------------------------

@@ -165,3 +165,16 @@ def test_retry_after_is_always_a_positive_integer_within_the_cap(rate, cap, pace
 
 def test_priority_is_exported() -> None:
     assert Priority("x").reserve == 0.0
+
+
+def test_a_standing_pacing_queue_stops_pacing_fresh_arrivals_for_long() -> None:
+    gate = Gate(100, 1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1, now=0.0)
+    assert gate.try_admit(1, DEFAULT, 0.0)
+    for i in range(100):  # about one second of promises, from t = 0
+        assert gate.decide(1, DEFAULT, None, i / 1000).verdict is Verdict.PACE
+    early = gate.decide(1, DEFAULT, None, 0.2)  # not standing yet: paced up to 1.5 s
+    assert early.verdict is Verdict.PACE and early.delay > 0.5
+    late = gate.decide(1, DEFAULT, "k", 0.5)  # standing: a fresh arrival would wait > 0.1 s, so it gets a slot
+    assert late.verdict is Verdict.REJECT
+    back = gate.decide(1, DEFAULT, "k", late.slot - 1.0)  # back a second before its slot: paced in full
+    assert back.verdict is Verdict.PACE

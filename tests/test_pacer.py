@@ -108,3 +108,13 @@ def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs
         for j in range(i, len(admitted)):
             total += admitted[j][1]
             assert total <= rate * (times[j] - times[i]) + burst + 1e-6
+
+
+def test_a_debt_keeps_its_length_in_seconds_across_a_rate_change() -> None:
+    p = TokenPacer(100, 10, now=0.0, max_debt=150)
+    for _ in range(60):  # 10 from the bucket, then 50 reserved ahead: half a second of promises
+        assert p.reserve(1, 0.0, 1.5) is not None
+    assert p.tokens(0.0) == pytest.approx(-50)
+    p.set_rate(50, 0.0)
+    assert p.tokens(0.0) == pytest.approx(-25)  # still half a second
+    assert p.wait_time(1, 0.0) == pytest.approx(26 / 50)

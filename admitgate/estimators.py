@@ -1,0 +1,407 @@
+"""Capacity estimators: probe windows in, the capacity μ (requests/s) out.
+
+Every estimator implements :class:`Estimator`: :meth:`~Estimator.estimate` takes a
+:class:`Window` (a summary of the last second or so of probes, computed by
+:class:`~admitgate.headroom.LiveHeadroom` on the gate's refresh cadence) and returns the rate the
+gate should admit at, while :attr:`~Estimator.mu` holds its belief about the capacity. The two
+differ only while an estimator drains a queue it caused. None of them reads a clock: time comes in
+the window, so the herd simulator runs them on virtual time.
+
+* :class:`Static`: a configured capacity.
+* :class:`BandwidthDelay` (``"bdp"``, the default): a rate-based BBR. While latency sits near its
+  baseline and the gate is shedding, the service could take more: the rate grows (``probe_gain``
+  per second) after a jittered cruise. When latency rises past ``tolerance`` or the service drops
+  requests, the service is saturated and the completion rate *is* its capacity: μ is set to it and
+  the rate dips below μ just long enough to drain the queue the probe built.
+* :class:`Gradient`: Gradient2/Envoy style; the rate scales by the clamped ratio
+  ``(1 + tolerance) · baseline / latency``, smoothed on the way down, growing on the way up.
+* :class:`AIMD`: additive increase while latency is under target, multiplicative decrease on a
+  drop or a latency over target, at most once per latency period.
+
+The baseline latency (:class:`Baseline`) is the lowest *window average* seen over
+``baseline_window`` seconds of unsaturated time, never a single sample; it is frozen while the
+service is saturated, so sustained overload cannot drag it up. A latency rise that draining does
+not undo is a slower service, not a queue: the baseline is re-measured (BDP), or re-probed after a
+jittered ``reprobe`` interval (gradient, AIMD).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigError, non_negative, positive
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Probe summary handed to an estimator. Rates in requests/s, times in seconds."""
+
+    now: float
+    dt: float  # since the previous window
+    samples: int  # completions in the window (at least the configured minimum, else no estimate is asked)
+    completion_rate: float  # completions per second: what the service delivered
+    latency: float  # mean latency of those completions
+    drops: int  # of which 502/503/504: the service shed or timed out
+    inflight: int  # requests in flight now
+    busy: float  # time-average in flight over the newest 0.2 s (no lag: a queue shows here first)
+    recent_latency: float  # mean latency over the newest 0.3 s at most (as few buckets as give 10 samples)
+    limiting: bool  # the gate paced or rejected requests: demand is above the rate
+    rate: float  # the rate in force (what the gate admits at now)
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """Samples in, capacity out. ``mu`` is the belief (requests/s); ``baseline`` seconds or None."""
+
+    name: str
+    state: str
+    mu: float | None
+    baseline: float | None
+    #: True if μ is measured from this gate's own traffic (so it already excludes load the gate does not see)
+    measured: bool
+
+    def estimate(self, window: Window) -> float:
+        """The rate to admit at (requests/s, finite, > 0), given ``window``."""
+        ...
+
+
+class Baseline:
+    """Lowest window-average latency over ``horizon`` seconds of *unfrozen* time (a sliding minimum).
+
+    O(1) amortised per observation; memory bounded by the observations in one horizon.
+    """
+
+    __slots__ = ("_age", "_q", "horizon")
+
+    def __init__(self, horizon: float = 30.0) -> None:
+        self.horizon = positive("baseline_window", horizon)
+        self._age = 0.0
+        self._q: deque[tuple[float, float]] = deque()  # (age, latency), latencies increasing
+
+    @property
+    def value(self) -> float | None:
+        return self._q[0][1] if self._q else None
+
+    def observe(self, latency: float, dt: float) -> None:
+        self._age += dt
+        q = self._q
+        while q and q[-1][1] >= latency:
+            q.pop()
+        q.append((self._age, latency))
+        while q[0][0] < self._age - self.horizon:
+            q.popleft()
+
+    def reset(self, latency: float) -> None:
+        """Forget the history: ``latency`` is the new baseline."""
+        self._q.clear()
+        self._q.append((self._age, latency))
+
+
+def _fraction(name: str, value: float, low: float = 0.0, high: float = 1.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
+        raise ConfigError(name, f"must be a number in ({low:g}, {high:g})", value)
+    return float(value)
+
+
+class Static:
+    """A fixed capacity (requests/s), as configured."""
+
+    name = "static"
+    measured = False
+    baseline = None
+
+    def __init__(self, capacity: float) -> None:
+        self.mu: float | None = positive("headroom.static.capacity", capacity)
+        self.state = "static"
+
+    def estimate(self, window: Window) -> float:
+        return self.mu  # type: ignore[return-value]
+
+
+class _Measured:
+    """What the latency-reading estimators share: a baseline, a re-probe interval, seeded jitter."""
+
+    name = ""
+    measured = True
+
+    def __init__(self, baseline_window: float, reprobe: float, seed: int | None) -> None:
+        self._baseline = Baseline(positive(f"headroom.{self.name}.baseline_window", baseline_window))
+        self.reprobe = positive(f"headroom.{self.name}.reprobe", reprobe)
+        self._rng = random.Random(seed)
+        self.mu: float | None = None
+        self.state = "starting"
+
+    @property
+    def baseline(self) -> float | None:
+        return self._baseline.value
+
+    def _base(self, w: Window) -> float:
+        """The baseline; the first window's latency if there is none yet."""
+        base = self._baseline.value
+        if base is None:
+            self._baseline.observe(w.latency, w.dt)
+            return w.latency
+        return base
+
+    def _reprobe_after(self, now: float) -> float:
+        return now + self.reprobe * self._rng.uniform(0.85, 1.15)
+
+
+class BandwidthDelay(_Measured):
+    """Rate-based BBR: probe up while latency is at baseline; on saturation, μ = the delivered rate.
+
+    ``tolerance``: more in flight than ``(1 + tolerance) · delivered rate · baseline latency`` (+1) means a
+    queue, once seen in ``confirm`` consecutive windows (0.5 and 2: the baseline is the lowest window mean,
+    a few per cent under the typical one, and in-flight counts are Poisson-noisy; lower values shed on noise);
+    ``probe_gain``: growth of the rate per second while probing (0.25: 2× in about 3 s);
+    ``cruise``: seconds held at μ after a drain before probing again, jittered ±50%;
+    ``drain_time``: seconds to empty the estimated queue (the drain rate is floored at half of μ);
+    ``baseline_window``: seconds of unsaturated time the baseline minimum spans;
+    ``reprobe``: seconds (±15 %) between re-measurements of the baseline at 3/4 of μ, for a few
+    latencies (about 1 % of the throughput at the defaults; a queue the estimate grew used as its
+    own baseline would otherwise never drain).
+    """
+
+    name = "bdp"
+
+    def __init__(
+        self,
+        tolerance: float = 0.5,
+        confirm: int = 2,
+        probe_gain: float = 0.25,
+        cruise: float = 2.0,
+        drain_time: float = 1.0,
+        baseline_window: float = 30.0,
+        reprobe: float = 10.0,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(baseline_window, reprobe, seed)
+        self.tolerance = positive("headroom.bdp.tolerance", tolerance)
+        if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 1:
+            raise ConfigError("headroom.bdp.confirm", "must be an integer >= 1", confirm)
+        self.confirm = confirm
+        self.probe_gain = positive("headroom.bdp.probe_gain", probe_gain)
+        self.cruise = non_negative("headroom.bdp.cruise", cruise)
+        self.drain_time = positive("headroom.bdp.drain_time", drain_time)
+        self._until = 0.0  # cruise ends
+        self._drain_at = self._drain_latency = 0.0
+        self._over = 0  # consecutive windows over tolerance
+        self._reprobe_at: float | None = None  # next baseline re-measurement
+        self._quiet_until = 0.0  # end of the current re-measurement
+
+    def estimate(self, w: Window) -> float:
+        mu = w.rate if self.mu is None else self.mu
+        base = self._base(w)
+        # Little: without a queue, in flight = delivered rate × baseline latency. Above that, work waits.
+        expected = w.completion_rate * base
+        queued = w.busy - expected
+        over = queued > self.tolerance * expected + 1 or w.drops > 0
+        self._over = self._over + 1 if over else 0
+        # While demand is below the rate, a short queue is a burst of arrivals, and what is delivered is
+        # the demand, not the capacity: act only on a queue that lasts three times as long.
+        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm)
+        if self.state == "draining":
+            queueing = queued > self.tolerance / 2 * expected + 1 or w.drops > 0  # hysteresis on the way out
+        if self._reprobe_at is None:
+            self._reprobe_at = self._reprobe_after(w.now)
+        if self.state == "re-measuring":
+            if w.now < self._quiet_until:
+                return mu * 0.75
+            # the queue had time to empty: what completes now is the service's own latency
+            self._baseline.reset(w.recent_latency)
+            self._reprobe_at = self._reprobe_after(w.now)
+            self.state = "probing"  # carry on where it was: a re-measurement is not evidence of a queue
+            return mu
+        if w.limiting and w.now >= self._reprobe_at and self.state != "draining":
+            # Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a
+            # queue (BBR's PROBE_RTT; Envoy's minRTT window without pinning concurrency to 3).
+            self.state = "re-measuring"
+            self._quiet_until = w.now + max(0.3, 3 * base, 4 * max(0.0, queued) / max(mu, 1e-9))
+            return mu * 0.75
+        if self.state == "draining":
+            if w.latency < 0.95 * self._drain_latency:
+                self._drain_latency, self._drain_at = w.latency, w.now  # still coming down
+            if not queueing:
+                self._start_cruise(w.now)
+                return mu
+            if w.now - self._drain_at >= max(self.drain_time, 2 * w.latency):
+                # latency stopped falling while we drained: not a queue of ours, the service got slower
+                self._baseline.reset(w.latency)
+                self.mu = max(w.completion_rate, 1e-3)
+                self._start_cruise(w.now)
+                return self.mu
+            return self._drain_rate(mu, queued)
+        if queueing:
+            self.mu = mu = max(w.completion_rate, 1e-3)  # saturated: what it delivers is what it can do
+            self.state, self._drain_at, self._drain_latency = "draining", w.now, w.latency
+            return self._drain_rate(mu, queued)
+        self._baseline.observe(w.latency, w.dt)
+        if not w.limiting:
+            self.state = "app-limited"  # demand is below the rate: nothing to learn, hold
+            return max(mu, w.rate)
+        if w.completion_rate > mu:
+            mu = w.completion_rate  # delivered without a queue: capacity is at least this
+        self.mu = mu
+        if w.now < self._until:
+            self.state = "cruising"
+            return mu
+        self.state = "probing"
+        # Grow from the rate in force, but never more than two seconds of growth ahead of what is
+        # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
+        if w.rate < (1 + 2 * self.probe_gain) * w.completion_rate:
+            return max(mu, w.rate) * (1 + self.probe_gain) ** w.dt
+        return w.rate
+
+    def _start_cruise(self, now: float) -> None:
+        self.state = "cruising"
+        self._until = now + self.cruise * self._rng.uniform(0.5, 1.5)
+
+    def _drain_rate(self, mu: float, queued: float) -> float:
+        return max(mu - max(0.0, queued) / self.drain_time, mu / 2)
+
+
+class Gradient(_Measured):
+    """Rate scaled by ``clamp((1 + tolerance) · baseline / latency, min_gradient, 1)`` per window.
+
+    Decreases are smoothed (``smoothing``: the share of the new value per window); while the
+    gradient is 1 and the gate is shedding, the rate grows by ``probe_gain`` per second. The
+    baseline is frozen while the gradient is below 1, and re-probed (reset to the current latency)
+    if it stays frozen for ``reprobe`` seconds ±15 %, so a slower service cannot pin the rate low.
+    """
+
+    name = "gradient"
+
+    def __init__(
+        self,
+        tolerance: float = 0.5,
+        min_gradient: float = 0.5,
+        smoothing: float = 0.2,
+        probe_gain: float = 0.2,
+        baseline_window: float = 30.0,
+        reprobe: float = 30.0,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(baseline_window, reprobe, seed)
+        self.tolerance = positive("headroom.gradient.tolerance", tolerance)
+        self.min_gradient = _fraction("headroom.gradient.min_gradient", min_gradient)
+        self.smoothing = _fraction("headroom.gradient.smoothing", smoothing, high=1.0 + 1e-9)
+        self.probe_gain = positive("headroom.gradient.probe_gain", probe_gain)
+        self._frozen_since: float | None = None
+        self._reprobe_at = 0.0
+
+    def estimate(self, w: Window) -> float:
+        mu = w.rate if self.mu is None else self.mu
+        base = self._base(w)
+        gradient = min(1.0, max(self.min_gradient, (1 + self.tolerance) * base / w.recent_latency))
+        if w.drops:
+            gradient = min(gradient, 1 - self.smoothing / 2)
+        if gradient < 1:
+            if self._frozen_since is None:
+                self._frozen_since = w.now
+                self._reprobe_at = self._reprobe_after(w.now)
+            elif w.now >= self._reprobe_at:  # frozen too long: take the present latency as the new normal
+                self._baseline.reset(w.latency)
+                self._frozen_since = None
+            self.state = "decreasing"
+            mu = mu * (1 - self.smoothing * (1 - gradient))
+        else:
+            self._frozen_since = None
+            self._baseline.observe(w.latency, w.dt)
+            if w.limiting:
+                self.state = "increasing"
+                mu = max(mu, w.rate) * (1 + self.probe_gain) ** w.dt
+            else:
+                self.state = "app-limited"
+        self.mu = mu
+        return mu
+
+
+class AIMD(_Measured):
+    """Additive increase (``increase`` requests/s per second, while shedding and under target),
+    multiplicative decrease (× ``backoff`` on a drop or a mean latency over target), at most once per
+    observed latency so one overload is not punished twice. The target is ``latency_target``
+    seconds, or ``target_ratio`` × the baseline when unset.
+    """
+
+    name = "aimd"
+
+    def __init__(
+        self,
+        increase: float = 10.0,
+        backoff: float = 0.9,
+        latency_target: float | None = None,
+        target_ratio: float = 2.0,
+        baseline_window: float = 30.0,
+        reprobe: float = 30.0,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(baseline_window, reprobe, seed)
+        self.increase = positive("headroom.aimd.increase", increase)
+        self.backoff = _fraction("headroom.aimd.backoff", backoff)
+        self.latency_target = (
+            None if latency_target is None else positive("headroom.aimd.latency_target", latency_target)
+        )
+        self.target_ratio = positive("headroom.aimd.target_ratio", target_ratio)
+        if self.target_ratio <= 1:
+            raise ConfigError("headroom.aimd.target_ratio", "must be > 1", target_ratio)
+        self._cool = 0.0
+        self._over_since: float | None = None
+        self._reprobe_at = 0.0
+
+    def estimate(self, w: Window) -> float:
+        mu = w.rate if self.mu is None else self.mu
+        base = self._base(w)
+        target = self.latency_target or base * self.target_ratio
+        if w.drops or w.recent_latency > target:
+            if self._over_since is None:
+                self._over_since = w.now
+                self._reprobe_at = self._reprobe_after(w.now)
+            elif self.latency_target is None and w.now >= self._reprobe_at:
+                self._baseline.reset(w.latency / self.target_ratio * 1.01)  # the slower service is the new normal
+                self._over_since = None
+            if w.now >= self._cool:
+                mu *= self.backoff
+                self._cool = w.now + max(w.latency, w.dt)
+            self.state = "decreasing"
+        else:
+            self._over_since = None
+            if self.latency_target is None and w.latency <= base * (1 + (self.target_ratio - 1) / 2):
+                self._baseline.observe(w.latency, w.dt)
+            if w.limiting:
+                self.state = "increasing"
+                mu = max(mu, w.rate) + self.increase * w.dt
+            else:
+                self.state = "app-limited"
+        self.mu = mu
+        return mu
+
+
+ESTIMATORS: dict[str, type] = {"static": Static, "bdp": BandwidthDelay, "gradient": Gradient, "aimd": AIMD}
+
+
+def estimator_from_config(name: str, params: Mapping[str, Any] | None = None) -> Estimator:
+    """Build an estimator by name with keyword ``params``; errors name the offending field."""
+    if name not in ESTIMATORS:
+        raise ConfigError("headroom.estimator", f"unknown; known: {', '.join(ESTIMATORS)}", name)
+    cls = ESTIMATORS[name]
+    params = dict(params or {})
+    import inspect
+
+    accepted = set(inspect.signature(cls).parameters)
+    for key in params:
+        if key not in accepted:
+            raise ConfigError(f"headroom.{name}.{key}", f"unknown parameter; known: {', '.join(sorted(accepted))}")
+    if name == "static" and "capacity" not in params:
+        raise ConfigError("headroom.static.capacity", "is required for the static estimator")
+    for key, value in params.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"headroom.{name}.{key}", "must be a number", value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"headroom.{name}.{key}", "must be finite", value)
+    estimator: Estimator = cls(**params)
+    return estimator

@@ -1,0 +1,90 @@
+"""Configuration: TOML and environment, validated at start-up with the field named."""
+
+from __future__ import annotations
+
+import pytest
+
+from admitgate import AdmitGate
+from admitgate.config import headroom_from_config, load
+from admitgate.errors import ConfigError
+from admitgate.estimators import BandwidthDelay, Gradient
+from admitgate.headroom import LiveHeadroom
+
+
+async def app(scope, receive, send):  # pragma: no cover - never called
+    pass
+
+
+def pool_capacity(now: float) -> float:
+    return 123.0
+
+
+def test_toml_builds_a_live_headroom(tmp_path) -> None:
+    path = tmp_path / "admitgate.toml"
+    path.write_text("""
+[gate]
+burst = 20
+max_pacing_delay = 1.0
+[headroom]
+estimator = "gradient"
+initial = 150
+floor = 5
+capacity_probes = ["tests.test_config:pool_capacity"]
+[headroom.gradient]
+tolerance = 0.4
+[headroom.bdp]
+tolerance = 9   # tables for other estimators are accepted and ignored
+""")
+    kwargs = load(path, env={})
+    assert kwargs["burst"] == 20 and kwargs["max_pacing_delay"] == 1.0
+    headroom = kwargs["rate"]
+    assert isinstance(headroom, LiveHeadroom) and isinstance(headroom.estimator, Gradient)
+    assert headroom.estimator.tolerance == 0.4 and headroom.floor == 5 and headroom.initial == 150
+    assert headroom.capacity_probes[0](0.0) == 123.0
+    AdmitGate(app, **kwargs)  # the middleware accepts it as is
+
+
+def test_environment_overrides_the_file(tmp_path) -> None:
+    path = tmp_path / "a.toml"
+    path.write_text('[headroom]\nestimator = "gradient"\n')
+    env = {"ADMITGATE_CONFIG": str(path), "ADMITGATE_ESTIMATOR": "bdp", "ADMITGATE_BDP_TOLERANCE": "0.3",
+           "ADMITGATE_HEADROOM_FLOOR": "7", "ADMITGATE_BURST": "12", "OTHER": "x"}  # fmt: skip
+    kwargs = load(env=env)
+    assert isinstance(kwargs["rate"].estimator, BandwidthDelay)
+    assert kwargs["rate"].estimator.tolerance == 0.3 and kwargs["rate"].floor == 7 and kwargs["burst"] == 12
+
+
+def test_static_rate_without_a_headroom_table() -> None:
+    assert load(env={"ADMITGATE_RATE": "250"}) == {"rate": 250}
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "field"),
+    [
+        ('[headroom]\nestimator = "vegas"\n', {}, "headroom.estimator"),
+        ("[headroom]\nfloor = -1\n", {}, "headroom.floor"),
+        ("[headroom.bdp]\ntolerance = 0\n", {}, "headroom.bdp.tolerance"),
+        ("[headroom]\nflor = 1\n", {}, "headroom.flor"),
+        ("[gate]\nburst = 'x'\n", {}, "gate.burst"),
+        ("[gate]\nrate = 5\n[headroom]\n", {}, "gate.rate"),
+        ("[gaet]\n", {}, "gaet"),
+        ('[headroom]\ncapacity_probes = ["no.such.module:f"]\n', {}, "headroom.capacity_probes[0]"),
+        ("", {"ADMITGATE_BOGUS": "1"}, "ADMITGATE_BOGUS"),
+        ("not = [toml", {}, "config"),
+    ],
+)
+def test_errors_name_the_field(tmp_path, text, env, field) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, env=env)
+    assert info.value.field == field
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load("/nonexistent/admitgate.toml", env={})
+
+
+def test_headroom_defaults_to_bdp() -> None:
+    assert isinstance(headroom_from_config({}).estimator, BandwidthDelay)

@@ -1,0 +1,98 @@
+"""Estimators: arithmetic pinned against hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from admitgate.errors import ConfigError
+from admitgate.estimators import AIMD, BandwidthDelay, Baseline, Gradient, Static, Window, estimator_from_config
+
+
+def window(now=1.0, dt=0.1, rate=100.0, completion=100.0, latency=0.1, busy=10.0, limiting=True, drops=0,
+           recent=None) -> Window:  # fmt: skip
+    return Window(now, dt, 100, completion, latency, drops, int(busy), busy,
+                  latency if recent is None else recent, limiting, rate)  # fmt: skip
+
+
+def test_baseline_is_a_sliding_minimum_over_unfrozen_time() -> None:
+    b = Baseline(horizon=1.0)
+    for latency in (0.3, 0.1, 0.2):
+        b.observe(latency, 0.4)
+    assert b.value == 0.1
+    b.observe(0.25, 0.4)  # age 1.6: the 0.1 seen at age 0.8 is still inside the horizon
+    assert b.value == 0.1
+    b.observe(0.25, 0.5)  # age 2.1: now it has left
+    assert b.value == 0.2
+    b.reset(0.5)
+    assert b.value == 0.5
+
+
+def test_static_returns_its_capacity() -> None:
+    assert Static(250).estimate(window()) == 250
+
+
+def test_bdp_probes_by_its_gain_while_there_is_no_queue() -> None:
+    e = BandwidthDelay(cruise=0, probe_gain=0.25, seed=1)
+    # baseline 0.1 s, delivered 100/s: 10 in flight is exactly no queue
+    assert e.estimate(window(now=0.1, dt=1.0)) == pytest.approx(125.0)
+    assert e.state == "probing"
+
+
+def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() -> None:
+    e = BandwidthDelay(tolerance=0.5, confirm=2, cruise=0, seed=1)
+    e.estimate(window(now=0.1))
+    # 100/s delivered × 0.1 s = 10 expected; 20 in flight is 10 queued (> 0.5·10 + 1) -- twice
+    first = e.estimate(window(now=0.2, completion=90.0, busy=20.0))
+    assert e.state != "draining" and first >= 90
+    rate = e.estimate(window(now=0.3, completion=90.0, busy=20.0))
+    assert e.state == "draining" and e.mu == 90.0
+    # drain: μ − queued/drain_time = 90 − (20 − 9) / 1 = 79
+    assert rate == pytest.approx(79.0)
+
+
+def test_bdp_rebaselines_when_draining_does_not_lower_latency() -> None:
+    e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, seed=1)
+    e.estimate(window(now=0.1))
+    for i in range(2, 12):  # the service got twice as slow: latency 0.2 s whatever the rate
+        e.estimate(window(now=i / 10, completion=100.0, latency=0.2, busy=20.0))
+    assert e.baseline == pytest.approx(0.2)
+    assert e.state != "draining"
+
+
+def test_bdp_holds_when_app_limited() -> None:
+    e = BandwidthDelay(cruise=0, seed=1)
+    assert e.estimate(window(now=0.1, rate=300.0, limiting=False)) == 300.0
+    assert e.state == "app-limited"
+
+
+def test_gradient_scales_by_the_clamped_latency_ratio() -> None:
+    e = Gradient(tolerance=0.5, smoothing=0.2, seed=1)
+    e.estimate(window(now=0.1, limiting=False))  # baseline 0.1
+    # latency 0.3: gradient = 1.5·0.1/0.3 = 0.5; mu = 100·(1 − 0.2·0.5) = 90
+    assert e.estimate(window(now=0.2, latency=0.3)) == pytest.approx(90.0)
+    # latency 0.12 is inside the tolerance: gradient 1, grows by the gain over dt
+    assert e.estimate(window(now=0.3, rate=90.0, latency=0.12)) == pytest.approx(90 * 1.2**0.1)
+
+
+def test_aimd_adds_while_under_target_and_multiplies_down_once_per_latency() -> None:
+    e = AIMD(increase=10.0, backoff=0.9, latency_target=0.2, seed=1)
+    assert e.estimate(window(now=0.1, dt=0.5)) == pytest.approx(105.0)
+    assert e.estimate(window(now=0.2, rate=105.0, latency=0.5)) == pytest.approx(94.5)
+    assert e.estimate(window(now=0.3, rate=94.5, latency=0.5)) == pytest.approx(94.5)  # cooling down
+    assert e.estimate(window(now=0.8, rate=94.5, latency=0.5)) == pytest.approx(85.05)
+    assert e.estimate(window(now=1.0, rate=85.05, drops=3, latency=0.1)) == pytest.approx(85.05)
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"headroom\.estimator"):
+        estimator_from_config("vegas")
+    with pytest.raises(ConfigError, match=r"headroom\.bdp\.tolerance"):
+        estimator_from_config("bdp", {"tolerance": -1})
+    with pytest.raises(ConfigError, match=r"headroom\.bdp\.bogus"):
+        estimator_from_config("bdp", {"bogus": 1})
+    with pytest.raises(ConfigError, match=r"headroom\.static\.capacity"):
+        estimator_from_config("static")
+    with pytest.raises(ConfigError, match=r"headroom\.gradient\.min_gradient"):
+        estimator_from_config("gradient", {"min_gradient": "x"})
+    with pytest.raises(ConfigError, match=r"headroom\.aimd\.backoff"):
+        AIMD(backoff=1.5)

@@ -1,0 +1,111 @@
+"""LiveHeadroom: probes in, a bounded and step-limited rate out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admitgate import Gate
+from admitgate.errors import ConfigError
+from admitgate.estimators import AIMD, BandwidthDelay, Gradient, Static
+from admitgate.headroom import LiveHeadroom, StaticHeadroom
+from admitgate.probes import Probes
+
+
+def feed(h: LiveHeadroom, start: float, seconds: float, rate: float, latency: float, shed: bool = True) -> float:
+    """Complete ``rate`` requests/s of ``latency`` s each from ``start``; return the rate at the end."""
+    p = h.probes
+    n = int(seconds * rate)
+    out = h.rate(start)
+    for i in range(n):
+        t = start + i / rate
+        p.admit(t)
+        p.complete(latency, 200, t + latency * 0)  # in and out: in flight stays ~0
+        if shed:
+            p.limited()
+        out = h.rate(t)
+    return out
+
+
+def test_static_headroom() -> None:
+    assert StaticHeadroom(5).rate(0) == 5.0
+
+
+def test_cold_start_is_permissive_and_low_traffic_holds() -> None:
+    h = LiveHeadroom(BandwidthDelay(seed=1), initial=50, min_samples=20)
+    assert h.rate(0.0) == 50
+    p = h.probes
+    for i in range(5):  # 5 requests in 1 s: too few to judge
+        p.admit(i * 0.2)
+        p.complete(0.1, 200, i * 0.2 + 0.1)
+    assert h.rate(1.05) == 50
+    assert h.state().state == "warming"
+
+
+def test_external_capacity_probe_caps_and_background_is_subtracted() -> None:
+    h = LiveHeadroom(Static(100), initial=100, capacity_probes=[lambda now: 60.0], background=10.0)
+    assert h.rate(0.0) == 100  # no bucket closed yet
+    h.probes.admit(0.05)
+    rate = h.rate(0.15)
+    assert rate == pytest.approx(100 / 1.25)  # on its way down, one step at a time
+    for i in range(2, 20):
+        rate = h.rate(i / 10 + 0.05)
+    assert rate == pytest.approx(50.0)  # min(100, 60) − 10
+    assert h.state().background == 10.0
+
+
+def test_replace_mode_and_a_failing_probe_is_ignored(caplog) -> None:
+    def broken(now: float) -> float:
+        raise RuntimeError("pool gone")
+
+    h = LiveHeadroom(Static(100), initial=100, capacity_probes=[broken, lambda now: 300.0], probe_mode="replace",
+                     max_step=10)  # fmt: skip
+    h.probes.admit(0.0)
+    assert h.rate(0.15) == pytest.approx(300.0)
+    assert "pool gone" in caplog.text
+
+
+@pytest.mark.parametrize("make", [lambda: BandwidthDelay(seed=2), lambda: Gradient(seed=2), lambda: AIMD(seed=2)])
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.floats(0.0, 400.0), st.floats(0.001, 5.0), st.floats(0, 80), st.booleans(),
+                                st.integers(0, 3)), min_size=1, max_size=40))  # fmt: skip
+def test_rate_is_finite_within_bounds_and_step_limited(make, steps) -> None:
+    h = LiveHeadroom(make(), initial=100, floor=2, ceiling=1000, max_step=0.25, min_samples=5)
+    p = h.probes
+    t = 0.0
+    previous = h.rate(t)
+    for rate, latency, busy, shed, drops in steps:
+        for _ in range(int(rate / 10)):
+            p.admit(t)
+            p.complete(latency, 503 if drops else 200, t)
+            if shed:
+                p.limited()
+        p.inflight = int(busy)  # whatever the app holds
+        t += 0.1
+        current = h.rate(t)
+        assert math.isfinite(current) and 2 <= current <= 1000
+        assert previous / 1.25 - 1e-9 <= current <= previous * 1.25 + 1e-9
+        previous = current
+
+
+def test_gate_reads_probes_and_reports_state() -> None:
+    h = LiveHeadroom(BandwidthDelay(seed=1), initial=100)
+    gate = Gate(h, now=0.0)
+    assert gate.probes is h.probes
+    state = gate.state(0.0)
+    assert state["estimator"] == "bdp" and state["rate"] == 100 and state["lambda_new"] == 0
+
+
+def test_invalid_configuration_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"headroom\.ceiling"):
+        LiveHeadroom(Static(1), floor=10, ceiling=5)
+    with pytest.raises(ConfigError, match=r"headroom\.probe_mode"):
+        LiveHeadroom(Static(1), probe_mode="max")
+    with pytest.raises(ConfigError, match=r"headroom\.min_samples"):
+        LiveHeadroom(Static(1), min_samples=0)
+    with pytest.raises(ConfigError, match=r"headroom\.estimator"):
+        LiveHeadroom(object())  # type: ignore[arg-type]
+    assert isinstance(Probes(), Probes)
