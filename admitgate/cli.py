@@ -27,10 +27,16 @@ def _demo(args: argparse.Namespace) -> int:
 
     from .demo import demo_app
 
-    options = {"spread": args.spread} if args.gate == "admitgate" else {}
+    options: dict[str, object] = {}
+    if args.gate == "admitgate":
+        from prometheus_client import REGISTRY
+
+        options = {"spread": args.spread, "metrics": REGISTRY}  # served at /metrics
     app = demo_app(upstream, gate=args.gate, **options)
     if not args.quiet:
-        print(f"admitgate demo: /work has capacity {capacity:g} req/s; gate={args.gate}; http://{args.host}:{args.port}")
+        print(
+            f"admitgate demo: /work has capacity {capacity:g} req/s; gate={args.gate}; http://{args.host}:{args.port}"
+        )
     # Keep idle connections well past the largest Retry-After, so returning clients keep their connection key.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, timeout_keep_alive=75)
     return 0

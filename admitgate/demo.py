@@ -9,12 +9,13 @@ the same workers and is the *critical* background class; ``/health`` is exempt.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 #: Gate settings for the demo: /status is critical background traffic (λ_new).
 DEMO_ROUTES = {"/status": {"class": "critical"}}
@@ -75,7 +76,15 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     async def stats(request: Request) -> Response:
         return JSONResponse({"served": up.served, "timeouts": up.timeouts, "peak_busy": up.peak_busy})
 
-    routes = [Route("/work", work), Route("/status", work), Route("/health", health), Route("/stats", stats)]
+    routes: list[BaseRoute] = [Route("/work", work), Route("/status", work), Route("/health", health),
+                               Route("/stats", stats)]  # fmt: skip
+    registry = gate_options.pop("metrics", None)
+    if registry is not None:
+        from starlette.routing import Mount
+
+        from .metrics import metrics_app
+
+        routes.append(Mount("/metrics", metrics_app(registry)))
     if gate == "slowapi":
         return _slowapi_app(routes, up)
     app = Starlette(routes=routes)
@@ -83,7 +92,13 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
         from .middleware import AdmitGate
 
         options: dict[str, Any] = {"rate": up.capacity * DEMO_UTILISATION, "burst": up.workers, "routes": DEMO_ROUTES}
+        if os.environ.get("ADMITGATE_CONFIG") or os.environ.get("ADMITGATE_ESTIMATOR"):
+            from .config import load
+
+            options.pop("rate")
+            options.update(load())  # the deployment's file and ADMITGATE_* variables
         options.update(gate_options)
+        options["metrics"] = registry
         options["exempt"] = (*options.get("exempt", ("/health", "/metrics")), "/stats")
         app.add_middleware(AdmitGate, **options)
     elif gate != "none":
@@ -91,7 +106,7 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     return app
 
 
-def _slowapi_app(routes: list[Route], up: Upstream) -> Starlette:
+def _slowapi_app(routes: list[BaseRoute], up: Upstream) -> Starlette:
     """The same app behind slowapi at a static limit equal to capacity (its pure-ASGI middleware)."""
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, header_value, key_from_config
+from .metrics import RETRY_AFTER_BOUNDS, GateCollector
 from .routing import Priority, Router, Rule
 from .spread import SLOT_GRACE, SpreadPolicy
 from .ticket import RetryTicket, cookie_ticket
@@ -49,7 +51,8 @@ class AdmitGate:
     recognised client that came back before its slot, at most ``max_tarpitted`` at once: a client
     that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
     ``wall_clock`` Unix seconds (for ticket expiry). Pass ``gate`` to share a
-    :class:`~admitgate.gate.Gate` (the simulator and tests do).
+    :class:`~admitgate.gate.Gate` (the simulator and tests do). ``metrics``: a prometheus-client
+    ``CollectorRegistry`` to export to (None: no metrics); see :mod:`admitgate.metrics`.
     """
 
     def __init__(
@@ -73,10 +76,13 @@ class AdmitGate:
         gate_websockets: bool = False,
         tarpit: float = 1.0,
         max_tarpitted: int = 1000,
+        standing_queue: float = 2.0,
+        fresh_pacing_delay: float = 0.1,
         max_keys: int = 100_000,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         gate: Gate | None = None,
+        metrics: Any = None,
     ) -> None:
         self.app = app
         self.clock = clock
@@ -90,6 +96,8 @@ class AdmitGate:
             max_retry_after=max_retry_after,
             max_keys=max_keys,
             tarpit=tarpit,
+            standing_queue=standing_queue,
+            fresh_pacing_delay=fresh_pacing_delay,
             now=clock(),
         )
         self.router = Router(routes, exempt, default_class=default_class, classes=classes)
@@ -112,6 +120,15 @@ class AdmitGate:
         self._take = self.gate.pacer.try_take
         self._book = self.gate.spread.book
         self._on_admit = self.headers.on_admit
+        self._probes = self.gate.probes
+        # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
+        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> [admitted, paced, rejected]
+        self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
+        self.retry_after_sum = 0
+        self.paced_seconds = 0.0
+        self._tally_on = metrics is not None
+        if metrics is not None:
+            metrics.register(GateCollector(self))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,18 +148,30 @@ class AdmitGate:
         else:
             admitted = gate.try_admit(rule.cost, rule.priority, now)
         if admitted:
+            if self._tally_on:
+                self._count(rule, 0)
             if self._book:  # someone holds a slot: if it is this client, free it
                 gate.admitted_key(self.identify(scope, now), now)
             if self._on_admit:
                 send = self._with_limit_fields(send)
-            await self.app(scope, receive, send)
+            if self._probes is not None:
+                await self._probed(scope, receive, send, now)
+            else:
+                await self.app(scope, receive, send)
             return
         ident = self.identify(scope, now)
         decision = gate.decide(rule.cost, rule.priority, ident, now)
+        if self._tally_on:
+            self._count(rule, 1 if decision.verdict is Verdict.PACE else 2)
         if decision.verdict is Verdict.PACE:
+            self.paced_seconds += decision.delay
             replay = await self._hold(receive, decision.delay, rule.cost)
             if replay is not None:  # None: the client went away while held
-                await self.app(scope, replay, self._with_limit_fields(send) if self._on_admit else send)
+                send = self._with_limit_fields(send) if self._on_admit else send
+                if self._probes is not None:
+                    await self._probed(scope, replay, send, self.clock())
+                else:
+                    await self.app(scope, replay, send)
             return
         held, retry_after = self.gate.hold(decision)
         if held and self.tarpitted < self.max_tarpitted:
@@ -150,6 +179,47 @@ class AdmitGate:
         else:
             retry_after = decision.retry_after
         await self._reject(send, retry_after, decision.rate, ident, now)
+
+    def _count(self, rule: Rule, index: int) -> None:
+        key = (rule.template, rule.priority.name)
+        counts = self.tally.get(key)
+        if counts is None:
+            counts = self.tally[key] = [0, 0, 0]
+        counts[index] += 1
+
+    async def _probed(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
+        """Run the app, recording in-flight, latency to the last body byte, and the outcome."""
+        probes, clock = self._probes, self.clock
+        assert probes is not None
+        probes.admit(start)
+        status = 0
+        done = False
+
+        async def probe_send(message: Message) -> None:
+            nonlocal status, done
+            kind = message["type"]
+            if kind == "http.response.start":
+                status = message["status"]
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                await send(message)
+                done = True
+                end = clock()
+                probes.complete(end - start, status, end)
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, receive, probe_send)
+        except Exception:
+            if not done:
+                probes.fail(clock())
+            raise
+        except BaseException:  # cancelled: no sample
+            if not done:
+                probes.cancel(clock())
+            raise
+        if not done:  # the app returned without finishing a response (the client went away)
+            probes.cancel(clock())
 
     async def _tarpit(self, seconds: float) -> None:
         self.tarpitted += 1
@@ -208,6 +278,8 @@ class AdmitGate:
     # -- responses ------------------------------------------------------------------------
     async def _reject(self, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float) -> None:
         headers, body = self.headers.rejection(retry_after, rate)
+        self.retry_after_counts[bisect_left(RETRY_AFTER_BOUNDS, retry_after)] += 1
+        self.retry_after_sum += retry_after
         if self.ticket is not None and isinstance(ident, str):
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
             headers.append((b"set-cookie", self.ticket.set_cookie(ident, self.wall_clock(), max_age)))

@@ -177,7 +177,7 @@ def plan(
         optimum = Optimum(w_star, w, cap, wait, cap + wait)
     if not feasible:
         assert high is not None
-        conflict = (f"{low.name} needs W >= {low.seconds:.3f} s but {high.name} allows W <= {max(upper, 0):.3f} s")
+        conflict = f"{low.name} needs W >= {low.seconds:.3f} s but {high.name} allows W <= {max(upper, 0):.3f} s"
         return Plan(m, h, retry_after, tuple(bounds), low.seconds, upper, False, None, None, None, None, None,
                     exact, normal, None, conflict,
                     _remedies(m, h, low, high, upper, retry_after, service_time, connections, eps, reset))  # fmt: skip

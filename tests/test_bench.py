@@ -36,3 +36,9 @@ def test_herd_smoke() -> None:
                  "--scenarios", "admitgate,slowapi-200/s")  # fmt: skip
     gated = result["median"]["admitgate"]
     assert gated["finished"] == 400 and gated["server_5xx"] == 0
+
+
+def test_estimator_trials_smoke() -> None:
+    result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp")
+    assert set(result) == {"static", "bdp"}
+    assert set(result["bdp"]["seeds_passing"]) >= {"goodput", "p99", "cv", "recovery"}

@@ -239,3 +239,35 @@ def test_invalid_configuration_fails_at_construction_naming_the_field() -> None:
         assert info.value.field == field, kwargs
 
 
+@pytest.mark.anyio
+async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: ManualClock) -> None:
+    from admitgate.estimators import BandwidthDelay
+    from admitgate.headroom import LiveHeadroom
+
+    async def streaming(scope, receive, send):
+        if scope["path"] == "/boom":
+            raise RuntimeError("app bug")
+        status = 503 if scope["path"] == "/busy" else 200
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        clock.advance(0.25)  # the body streams for a quarter of a second
+        await send({"type": "http.response.body", "body": b"b"})
+
+    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=100, now=clock())
+    gate = AdmitGate(streaming, rate=headroom, clock=clock)
+    probes = gate.gate.probes
+    assert probes is headroom.probes
+    assert (await call(gate, http_scope("/ok")))[0] == 200
+    assert (probes.total, probes.inflight, probes.total_latency) == (1, 0, pytest.approx(0.25))
+    await call(gate, http_scope("/busy"))
+    assert probes.total_drops == 1
+    with pytest.raises(RuntimeError):
+        await call(gate, http_scope("/boom"))
+    assert (probes.total, probes.total_errors, probes.inflight) == (2, 1, 0)
+
+
+@pytest.mark.anyio
+async def test_a_static_rate_records_no_probes(clock: ManualClock) -> None:
+    gate = AdmitGate(Recorder(), rate=10, clock=clock)
+    assert gate.gate.probes is None
+    assert (await call(gate, http_scope()))[0] == 200
