@@ -35,7 +35,7 @@ class Bucket:
     drops: int = 0  # of which 5xx (the service shed or timed out)
     errors: int = 0  # app exceptions (no response; no latency sample)
     admitted: int = 0  # requests let through in the bucket
-    inflight: int = 0  # most in flight at an admission in the bucket
+    inflight: int = 0  # in flight when the bucket closed
     busy: float = 0.0  # time-average of requests in flight over the bucket
     shed: int = 0  # requests the gate paced or rejected in the bucket (demand above the rate)
 
@@ -50,72 +50,82 @@ class Probes:
     """
 
     __slots__ = (
-        "_admitted", "_area", "_completed", "_drops", "_errors", "_index", "_inv", "_latency", "_peak", "_shed", "_t",
-        "histogram", "inflight", "paced", "pacing_delay", "ring", "total", "total_drops", "total_errors",
-        "total_latency", "width",
+        "_admitted",
+        "_area",
+        "_completed",
+        "_drops",
+        "_errors",
+        "_index",
+        "_latency",
+        "_next",
+        "_shed",
+        "_t",
+        "_total",
+        "_total_drops",
+        "_total_errors",
+        "_total_latency",
+        "histogram",
+        "inflight",
+        "paced",
+        "pacing_delay",
+        "ring",
+        "width",
     )  # fmt: skip
 
     def __init__(self, width: float = 0.1, buckets: int = 50, now: float = 0.0) -> None:
         self.width = positive("probe_bucket", width)
         if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
             raise ConfigError("probe_buckets", "must be an integer >= 2", buckets)
-        self._inv = 1.0 / self.width
-        self._index = int(now * self._inv)
+        self._index = int(now / self.width)
+        self._next = (self._index + 1) * self.width  # when the current bucket ends
         self.ring: deque[Bucket] = deque(maxlen=buckets)
         self.inflight = 0
-        self._completed = self._drops = self._errors = self._admitted = self._peak = self._shed = 0
+        self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
         self._area, self._t = 0.0, now  # in-flight × seconds so far in the bucket, and when it was last moved
-        # lifetime totals (monotonic counters, for metrics)
-        self.total = self.total_drops = self.total_errors = self.paced = 0
-        self.total_latency = self.pacing_delay = 0.0
+        # lifetime totals of closed buckets (the properties below add the open one)
+        self._total = self._total_drops = self._total_errors = self.paced = 0
+        self._total_latency = self.pacing_delay = 0.0
         self.histogram = [0] * (len(LATENCY_BOUNDS) + 1)  # per bound, then +Inf; not cumulative
 
-    # -- the request path (O(1)) -------------------------------------------------------------
+    # -- the request path (O(1), a handful of attribute updates) ------------------------------
     def admit(self, now: float) -> None:
         """A request goes on to the app at ``now``."""
-        if int(now * self._inv) != self._index:
+        if now >= self._next:
             self.roll(now)
-        self._area += self.inflight * (now - self._t)
+        inflight = self.inflight
+        self._area += inflight * (now - self._t)
         self._t = now
+        self.inflight = inflight + 1
         self._admitted += 1
-        inflight = self.inflight = self.inflight + 1
-        if inflight > self._peak:
-            self._peak = inflight
 
     def complete(self, latency: float, status: int, now: float) -> None:
         """Its response finished at ``now`` after ``latency`` seconds with ``status``."""
-        if int(now * self._inv) != self._index:
+        if now >= self._next:
             self.roll(now)
-        self._area += self.inflight * (now - self._t)
+        inflight = self.inflight
+        self._area += inflight * (now - self._t)
         self._t = now
-        self.inflight -= 1
+        self.inflight = inflight - 1
         self._completed += 1
         self._latency += latency
-        self.total += 1
-        self.total_latency += latency
         self.histogram[bisect_left(LATENCY_BOUNDS, latency)] += 1
         if status >= 500:
             self._drops += 1
-            self.total_drops += 1
 
     def fail(self, now: float) -> None:
         """The app raised before finishing the response."""
-        if int(now * self._inv) != self._index:
-            self.roll(now)
-        self._area += self.inflight * (now - self._t)
-        self._t = now
-        self.inflight -= 1
+        self.cancel(now)
         self._errors += 1
-        self.total_errors += 1
 
     def cancel(self, now: float) -> None:
         """The request was abandoned at ``now``: it frees its place and gives no sample."""
-        if int(now * self._inv) != self._index:
+        if now >= self._next:
             self.roll(now)
-        self._area += self.inflight * (now - self._t)
+        inflight = self.inflight
+        self._area += inflight * (now - self._t)
         self._t = now
-        self.inflight -= 1
+        self.inflight = inflight - 1
 
     def limited(self, delay: float = 0.0) -> None:
         """The gate paced (``delay`` > 0, seconds) or rejected a request: demand exceeds the rate."""
@@ -125,24 +135,47 @@ class Probes:
             self.pacing_delay += delay
 
     # -- readers -----------------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        """Responses completed so far (lifetime)."""
+        return self._total + self._completed
+
+    @property
+    def total_drops(self) -> int:
+        return self._total_drops + self._drops
+
+    @property
+    def total_errors(self) -> int:
+        return self._total_errors + self._errors
+
+    @property
+    def total_latency(self) -> float:
+        return self._total_latency + self._latency
+
     def roll(self, now: float) -> None:
         """Close every bucket that ended by ``now`` (empty ones included, at most a ring's worth)."""
-        index = int(now * self._inv)
-        if index <= self._index:
+        if now < self._next:
             return
         width = self.width
-        end = (self._index + 1) * width
+        index = int(now / width)
+        if index <= self._index:  # float rounding at a bucket edge
+            index = self._index + 1
+        end = self._next
         busy = (self._area + self.inflight * max(0.0, end - self._t)) / width
         self.ring.append(Bucket(end, self._completed, self._latency, self._drops, self._errors, self._admitted,
-                                self._peak, busy, self._shed))  # fmt: skip
+                                self.inflight, busy, self._shed))  # fmt: skip
+        self._total += self._completed
+        self._total_latency += self._latency
+        self._total_drops += self._drops
+        self._total_errors += self._errors
         gap = min(index - self._index - 1, self.ring.maxlen or 0)
         for i in range(index - gap, index):
             self.ring.append(Bucket((i + 1) * width, inflight=self.inflight, busy=float(self.inflight)))
         self._index = index
+        self._next = (index + 1) * width
         self._area, self._t = 0.0, index * width
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
-        self._peak = self.inflight
 
     def __repr__(self) -> str:
         return f"Probes(inflight={self.inflight}, completed={self.total}, buckets={len(self.ring)})"

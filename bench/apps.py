@@ -43,14 +43,76 @@ def admitgate() -> Starlette:
     return app
 
 
-def _slowapi(middleware_name: str) -> Starlette:
+def _live(**options) -> Starlette:
+    from admitgate import BandwidthDelay, LiveHeadroom
+
+    app = _app()
+    live = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)  # probes on, never binding
+    app.add_middleware(AdmitGate, rate=live, burst=1e9, **options)
+    return app
+
+
+def admitgate_live() -> Starlette:
+    """Live headroom: the probes run on every request."""
+    return _live()
+
+
+def admitgate_metrics() -> Starlette:
+    """Live headroom and Prometheus metrics (collected at scrape time)."""
+    from prometheus_client import CollectorRegistry
+
+    return _live(metrics=CollectorRegistry())
+
+
+class PerRequestMetrics:
+    """What the issue measured: a prometheus-client Counter and Histogram observed on every request."""
+
+    def __init__(self, app):
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        registry = CollectorRegistry()
+        self.app = app
+        self.count = Counter("requests", "requests", registry=registry)
+        self.latency = Histogram("latency_seconds", "latency", registry=registry)
+
+    async def __call__(self, scope, receive, send):
+        import time
+
+        start = time.perf_counter()
+        await self.app(scope, receive, send)
+        self.count.inc()
+        self.latency.observe(time.perf_counter() - start)
+
+
+def prometheus_per_request() -> Starlette:
+    app = _app()
+    app.add_middleware(PerRequestMetrics)
+    return app
+
+
+def admitgate_redis() -> Starlette:
+    """The admit path with the shared budget in Redis (``REDIS_URL``): token leases, never binding."""
+    import os
+
+    app = _app()
+    app.add_middleware(AdmitGate, rate=1e6, burst=50_000, backend=os.environ["REDIS_URL"])
+    return app
+
+
+def slowapi_redis() -> Starlette:
+    """slowapi's pure-ASGI middleware with Redis storage (``REDIS_URL``), non-binding limit."""
+    return _slowapi("SlowAPIASGIMiddleware", storage_uri=__import__("os").environ["REDIS_URL"])
+
+
+def _slowapi(middleware_name: str, storage_uri: str | None = None) -> Starlette:
     import slowapi.middleware
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.util import get_remote_address
 
     app = _app()
-    app.state.limiter = Limiter(key_func=get_remote_address, default_limits=["1000000/second"])
+    options = {"storage_uri": storage_uri} if storage_uri else {}
+    app.state.limiter = Limiter(key_func=get_remote_address, default_limits=["1000000/second"], **options)
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
     app.add_middleware(getattr(slowapi.middleware, middleware_name))
     return app

@@ -74,6 +74,26 @@ def gate(app):
     return AdmitGate(app, rate=1e9, burst=1e9)
 
 
+def live(app, metrics: bool = False):
+    """Live headroom (probes on every request), optionally with Prometheus metrics (read at scrape time)."""
+    from prometheus_client import CollectorRegistry
+
+    from admitgate import BandwidthDelay, LiveHeadroom
+
+    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
+    return AdmitGate(app, rate=headroom, burst=1e9, metrics=CollectorRegistry() if metrics else None)
+
+
+def variant_apps() -> dict:
+    hello = starlette_hello()
+    return {
+        "trivial": trivial, "passthrough": PassThrough(trivial), "admitgate": gate(trivial),
+        "admitgate-live": live(trivial), "admitgate-metrics": live(trivial, metrics=True),
+        "starlette": hello, "starlette+passthrough": PassThrough(hello), "starlette+admitgate": gate(hello),
+        "starlette+admitgate-metrics": live(hello, metrics=True),
+    }  # fmt: skip
+
+
 async def time_app(app, n: int) -> float:
     scope = dict(SCOPE)
     start = time.perf_counter()
@@ -97,15 +117,13 @@ def pacer_ns(n: int) -> float:
 
 
 async def main(rounds: int, n: int) -> dict:
-    hello = starlette_hello()
-    variants = {
-        "trivial": trivial, "passthrough": PassThrough(trivial), "admitgate": gate(trivial),
-        "starlette": hello, "starlette+passthrough": PassThrough(hello), "starlette+admitgate": gate(hello),
-    }  # fmt: skip
+    variants = variant_apps()
     for app in variants.values():  # warm up
         await time_app(app, 2000)
     samples: dict[str, list[float]] = {name: [] for name in variants}
     added: list[float] = []
+    added_live: list[float] = []
+    added_metrics: list[float] = []
     added_starlette: list[float] = []
     pacer: list[float] = []
     order = list(variants)
@@ -115,6 +133,8 @@ async def main(rounds: int, n: int) -> dict:
         for name, value in got.items():
             samples[name].append(value)
         added.append(got["admitgate"] - got["trivial"])
+        added_live.append(got["admitgate-live"] - got["trivial"])
+        added_metrics.append(got["admitgate-metrics"] - got["trivial"])
         added_starlette.append(got["starlette+admitgate"] - got["starlette"])
         pacer.append(pacer_ns(n))
     med = {name: round(statistics.median(v), 3) for name, v in samples.items()}
@@ -123,6 +143,10 @@ async def main(rounds: int, n: int) -> dict:
         "requests_per_round": n,
         "us_per_request_median": med,
         "admitgate_added_us_median": round(statistics.median(added), 3),
+        "admitgate_live_added_us_median": round(statistics.median(added_live), 3),
+        "admitgate_metrics_added_us_median": round(statistics.median(added_metrics), 3),
+        "starlette_metrics_ratio_median": round(statistics.median(s / g for s, g in zip(
+            samples["starlette"], samples["starlette+admitgate-metrics"], strict=True)), 3),
         "admitgate_added_over_starlette_us_median": round(statistics.median(added_starlette), 3),
         "starlette_ratio_median": round(statistics.median(
             s / g for s, g in zip(samples["starlette"], samples["starlette+admitgate"], strict=True)), 3),
@@ -132,9 +156,7 @@ async def main(rounds: int, n: int) -> dict:
 
 def _run_variant(name: str, n: int) -> None:
     """Child mode: run ``n`` requests through one variant (the parent counts instructions)."""
-    hello = starlette_hello()
-    app = {"trivial": trivial, "admitgate": gate(trivial), "starlette": hello, "starlette+admitgate": gate(hello),
-           "passthrough": PassThrough(trivial)}[name]  # fmt: skip
+    app = variant_apps()[name]
 
     async def loop() -> None:
         scope = dict(SCOPE)
@@ -159,12 +181,26 @@ def instructions(name: str, n: int) -> int:
 
 def instruction_counts(n: int) -> dict:
     per_request = {}
-    for name in ("trivial", "passthrough", "admitgate", "starlette", "starlette+admitgate"):
+    for name in (
+        "trivial",
+        "passthrough",
+        "admitgate",
+        "admitgate-live",
+        "admitgate-metrics",
+        "starlette",
+        "starlette+admitgate",
+        "starlette+admitgate-metrics",
+    ):
         per_request[name] = (instructions(name, n) - instructions(name, 0)) / n
     return {
         "requests": n,
         "instructions_per_request": {k: round(v) for k, v in per_request.items()},
         "admitgate_added_instructions": round(per_request["admitgate"] - per_request["trivial"]),
+        "admitgate_live_added_instructions": round(per_request["admitgate-live"] - per_request["trivial"]),
+        "admitgate_metrics_added_instructions": round(per_request["admitgate-metrics"] - per_request["trivial"]),
+        "starlette_metrics_instruction_ratio": round(
+            per_request["starlette"] / per_request["starlette+admitgate-metrics"], 4
+        ),
         "starlette_instruction_ratio": round(per_request["starlette"] / per_request["starlette+admitgate"], 4),
     }
 
@@ -189,6 +225,9 @@ if __name__ == "__main__":
             print(f"{name:24s} {value:8.3f} µs/request")
         print(f"admitgate added (vs trivial app)     {result['admitgate_added_us_median']:.3f} µs")
         print(f"admitgate added (vs Starlette hello) {result['admitgate_added_over_starlette_us_median']:.3f} µs")
+        print(f"admitgate live added (vs trivial)    {result['admitgate_live_added_us_median']:.3f} µs")
+        print(f"admitgate live+metrics added         {result['admitgate_metrics_added_us_median']:.3f} µs")
+        print(f"Starlette ratio gate+metrics/bare    {result['starlette_metrics_ratio_median']:.3f}")
         print(f"Starlette throughput ratio gate/bare {result['starlette_ratio_median']:.3f}")
         print(f"pacer decision                       {result['pacer_decision_ns_median']:.1f} ns")
         if "callgrind" in result:

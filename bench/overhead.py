@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from admitgate.serving import free_port, pin  # noqa: E402
 
-VARIANTS = ["bare", "passthrough", "admitgate", "slowapi", "slowapi_asgi"]
+VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_live", "admitgate_metrics", "prometheus_per_request",
+            "slowapi", "slowapi_asgi"]  # fmt: skip
 
 
 def start(variants: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
@@ -71,22 +72,30 @@ def wrk(url: str, duration: float, connections: int, pid: int | None = None) -> 
     return float(rate.group(1)), used / int(total.group(1)) * 1e6
 
 
+def interleaved(
+    urls: dict[str, str], rounds: int, duration: float, connections: int, pid: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(requests/s, server CPU µs/request) per variant: a warm-up, then rounds in a fresh random order."""
+    samples: dict[str, list[float]] = {v: [] for v in urls}
+    cpu: dict[str, list[float]] = {v: [] for v in urls}
+    for url in urls.values():  # warm-up
+        wrk(url, 1, connections)
+    for _ in range(rounds):
+        order = list(urls)
+        random.shuffle(order)
+        for v in order:
+            rate, cpu_us = wrk(urls[v], duration, connections, pid)
+            samples[v].append(rate)
+            cpu[v].append(cpu_us)
+    return samples, cpu
+
+
 def main(rounds: int, duration: float, connections: int, variants: list[str]) -> dict:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     proc, urls = start(variants)
-    samples: dict[str, list[float]] = {v: [] for v in variants}
-    cpu: dict[str, list[float]] = {v: [] for v in variants}
     try:
-        for v in variants:  # warm-up
-            wrk(urls[v], 1, connections)
-        for _ in range(rounds):
-            order = variants[:]
-            random.shuffle(order)
-            for v in order:
-                rate, cpu_us = wrk(urls[v], duration, connections, proc.pid)
-                samples[v].append(rate)
-                cpu[v].append(cpu_us)
+        samples, cpu = interleaved(urls, rounds, duration, connections, proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
