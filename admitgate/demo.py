@@ -74,17 +74,21 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
         return PlainTextResponse("ok")
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"served": up.served, "timeouts": up.timeouts, "peak_busy": up.peak_busy})
+        if "service_time" in request.query_params:  # a live capacity change, for experiments
+            try:
+                up.service_time = max(0.001, float(request.query_params["service_time"]))
+            except ValueError:
+                return JSONResponse({"error": "service_time must be a number"}, status_code=400)
+        return JSONResponse({"served": up.served, "timeouts": up.timeouts, "peak_busy": up.peak_busy,
+                             "capacity": up.capacity})  # fmt: skip
 
     routes: list[BaseRoute] = [Route("/work", work), Route("/status", work), Route("/health", health),
                                Route("/stats", stats)]  # fmt: skip
     registry = gate_options.pop("metrics", None)
     if registry is not None:
-        from starlette.routing import Mount
-
         from .metrics import metrics_app
 
-        routes.append(Mount("/metrics", metrics_app(registry)))
+        routes.append(Route("/metrics", metrics_app(registry)))
     if gate == "slowapi":
         return _slowapi_app(routes, up)
     app = Starlette(routes=routes)

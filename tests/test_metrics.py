@@ -150,3 +150,42 @@ scrape_configs:
                 t.join(15)
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.mark.server
+def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
+    import os
+    import sys
+
+    port = free_port()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.mp_app:app", "--workers", "2", "--port",
+                             str(port), "--host", "127.0.0.1", "--log-level", "warning"],
+                            cwd=ROOT, env=env)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/metrics", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and proc.poll() is None, "uvicorn --workers 2 did not start"
+                time.sleep(0.2)
+        for _ in range(300):  # a new connection each time, so both workers take some
+            assert httpx.get(url + "/", timeout=5, headers={"connection": "close"}).status_code == 200
+        time.sleep(2.5)  # each worker syncs once a second
+        text = httpx.get(url + "/metrics", timeout=5).text
+        got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+        admitted = sum(v for (name, labels), v in got.items()
+                       if name == f"{m.DECISIONS}_total" and ("verdict", "admitted") in labels)  # fmt: skip
+        assert admitted == 300
+        assert got[f"{m.REQUEST_LATENCY}_count", ()] == 300
+        writers = {p.name.rsplit("_", 1)[-1] for p in tmp_path.glob("counter_*.db")}
+        assert len(writers) == 2, writers  # both workers wrote their share
+        check = subprocess.run([promtool(), "check", "metrics"], input=text.encode(), capture_output=True)
+        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+    finally:
+        proc.terminate()
+        proc.wait(15)
