@@ -42,7 +42,7 @@ GATE_KEYS: dict[str, type | tuple[type, ...]] = {
     "spread": str, "max_retry_after": (int, float), "exempt": list, "default_class": str, "key": str,
     "trusted_hops": int, "ticket": bool, "gate_websockets": bool, "tarpit": (int, float),
     "max_tarpitted": int, "max_keys": int, "routes": dict, "standing_queue": (int, float),
-    "fresh_pacing_delay": (int, float),
+    "fresh_pacing_delay": (int, float), "backend": str,
 }  # fmt: skip
 #: ``[headroom]`` keys (LiveHeadroom keyword arguments) besides ``estimator`` and the estimator tables.
 HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",

@@ -19,9 +19,11 @@ leaves slack for clients that come back a little late or bunched.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from .errors import ConfigError, non_negative, positive
 from .headroom import Headroom, StaticHeadroom
@@ -30,6 +32,8 @@ from .probes import Probes
 from .routing import Priority
 from .spread import SpreadPolicy, spread_from_name
 
+#: Pacing-hold histogram bounds, seconds.
+PACING_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
 #: The sheddable share never drops below this fraction of the rate, so slots stay finite.
 MIN_SHARE = 0.05
 
@@ -152,8 +156,12 @@ class Gate:
             raise ConfigError("spread", "expected 'schedule', 'jitter' or a SpreadPolicy", spread)
         self.spread: SpreadPolicy = spread
         self.stats = GateStats()
+        self.pacing_histogram = [0] * (len(PACING_BOUNDS) + 1)  #: pacing holds per bound (then +Inf), not cumulative
+        self.pacing_seconds = 0.0  #: total pacing hold, seconds
         #: probe aggregates the middleware records into, if the headroom source reads them (else None)
         self.probes: Probes | None = getattr(self.headroom, "probes", None)
+        #: a shared budget (admitgate.shared.RedisBudget) that leases this replica's tokens, or None
+        self.backend: Any = None
         self.waiters = 0
         self._critical = _RateMeter()
         self.next_refresh = now + self.refresh_interval
@@ -164,7 +172,9 @@ class Gate:
         if now >= self.next_refresh:
             self.next_refresh = now + self.refresh_interval
             rate = self.headroom.rate(now)
-            if rate != self.pacer.rate and rate > 0 and rate != float("inf"):
+            if self.backend is not None:  # a shared budget sets the pacer; this replica's H is published
+                self.backend.local_rate = rate
+            elif rate != self.pacer.rate and rate > 0 and rate != float("inf"):
                 self.pacer.set_rate(rate, now)
 
     def critical_rate(self, now: float) -> float:
@@ -230,6 +240,8 @@ class Gate:
                 self.admitted_key(key, now)
                 self.waiters += 1
                 self.stats.paced += 1
+                self.pacing_histogram[bisect_left(PACING_BOUNDS, wait)] += 1
+                self.pacing_seconds += wait
                 if self.probes is not None:
                     self.probes.limited(wait)
                 return Decision(Verdict.PACE, delay=wait, rate=pacer.rate)

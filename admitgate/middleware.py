@@ -26,8 +26,9 @@ from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, header_value, key_from_config
-from .metrics import RETRY_AFTER_BOUNDS, GateCollector
+from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
 from .routing import Priority, Router, Rule
+from .shared import RedisBudget, backend_from_url
 from .spread import SLOT_GRACE, SpreadPolicy
 from .ticket import RetryTicket, cookie_ticket
 
@@ -52,7 +53,9 @@ class AdmitGate:
     that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
     ``wall_clock`` Unix seconds (for ticket expiry). Pass ``gate`` to share a
     :class:`~admitgate.gate.Gate` (the simulator and tests do). ``metrics``: a prometheus-client
-    ``CollectorRegistry`` to export to (None: no metrics); see :mod:`admitgate.metrics`.
+    ``CollectorRegistry`` to export to (None: no metrics); see :mod:`admitgate.metrics`. ``backend``:
+    ``"memory://"`` (default: this process only) or a Redis URL (or a
+    :class:`~admitgate.shared.RedisBudget`): then ``rate`` is the whole fleet's rate, shared through Redis.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class AdmitGate:
         wall_clock: Clock = time.time,
         gate: Gate | None = None,
         metrics: Any = None,
+        backend: str | RedisBudget | None = None,
     ) -> None:
         self.app = app
         self.clock = clock
@@ -125,10 +129,20 @@ class AdmitGate:
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> [admitted, paced, rejected]
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
         self.retry_after_sum = 0
-        self.paced_seconds = 0.0
+        if isinstance(backend, str):
+            backend = backend_from_url(backend)
+        elif backend is not None and not isinstance(backend, RedisBudget):
+            raise ConfigError("backend", "expected a URL (memory://, redis://...) or a RedisBudget", backend)
+        self.backend = backend
+        if backend is not None:  # one budget for the fleet: `rate` is the fleet's rate
+            backend.attach(self.gate, rate if isinstance(rate, (int, float)) else None)
         self._tally_on = metrics is not None
+        self._sync: MultiprocessSync | None = None
         if metrics is not None:
-            metrics.register(GateCollector(self))
+            if multiprocess_dir():
+                self._sync = MultiprocessSync(self)  # started on the first request, on the serving loop
+            else:
+                metrics.register(GateCollector(self))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -147,38 +161,63 @@ class AdmitGate:
             return
         else:
             admitted = gate.try_admit(rule.cost, rule.priority, now)
+            if self._sync is not None:
+                self._sync.start()
+            if self.backend is not None:
+                self.backend.start()
         if admitted:
             if self._tally_on:
                 self._count(rule, 0)
             if self._book:  # someone holds a slot: if it is this client, free it
                 gate.admitted_key(self.identify(scope, now), now)
-            if self._on_admit:
-                send = self._with_limit_fields(send)
-            if self._probes is not None:
-                await self._probed(scope, receive, send, now)
-            else:
-                await self.app(scope, receive, send)
-            return
-        ident = self.identify(scope, now)
-        decision = gate.decide(rule.cost, rule.priority, ident, now)
-        if self._tally_on:
-            self._count(rule, 1 if decision.verdict is Verdict.PACE else 2)
-        if decision.verdict is Verdict.PACE:
-            self.paced_seconds += decision.delay
-            replay = await self._hold(receive, decision.delay, rule.cost)
-            if replay is not None:  # None: the client went away while held
-                send = self._with_limit_fields(send) if self._on_admit else send
-                if self._probes is not None:
-                    await self._probed(scope, replay, send, self.clock())
-                else:
-                    await self.app(scope, replay, send)
-            return
-        held, retry_after = self.gate.hold(decision)
-        if held and self.tarpitted < self.max_tarpitted:
-            await self._tarpit(held)
         else:
-            retry_after = decision.retry_after
-        await self._reject(send, retry_after, decision.rate, ident, now)
+            ident = self.identify(scope, now)
+            decision = gate.decide(rule.cost, rule.priority, ident, now)
+            if self._tally_on:
+                self._count(rule, 1 if decision.verdict is Verdict.PACE else 2)
+            if decision.verdict is not Verdict.PACE:
+                held, retry_after = gate.hold(decision)
+                if held and self.tarpitted < self.max_tarpitted:
+                    await self._tarpit(held)
+                else:
+                    retry_after = decision.retry_after
+                await self._reject(send, retry_after, decision.rate, ident, now)
+                return
+            replay = await self._hold(receive, decision.delay, rule.cost)
+            if replay is None:  # the client went away while held
+                return
+            receive, now = replay, self.clock()
+        if self._on_admit:
+            send = self._with_limit_fields(send)
+        probes = self._probes
+        if probes is None:
+            await self.app(scope, receive, send)
+            return
+        # Probes (live headroom): in flight, latency until the app has finished its response (the app
+        # returns after its last body chunk, so streaming counts in full), and the outcome. An app that
+        # raises is an error; a cancelled one (the client went away) gives no sample.
+        probes.admit(now)
+        status = 0
+
+        def probe_send(message: Message) -> Awaitable[None]:  # returns send's awaitable: no extra coroutine
+            nonlocal status
+            if not status:  # the first message is http.response.start
+                status = message.get("status", 0)
+            return send(message)
+
+        try:
+            await self.app(scope, receive, probe_send)
+        except Exception:
+            probes.fail(self.clock())
+            raise
+        except BaseException:
+            probes.cancel(self.clock())
+            raise
+        end = self.clock()
+        if status:
+            probes.complete(end - now, status, end)
+        else:  # returned without a response
+            probes.cancel(end)
 
     def _count(self, rule: Rule, index: int) -> None:
         key = (rule.template, rule.priority.name)
@@ -186,40 +225,6 @@ class AdmitGate:
         if counts is None:
             counts = self.tally[key] = [0, 0, 0]
         counts[index] += 1
-
-    async def _probed(self, scope: Scope, receive: Receive, send: Send, start: float) -> None:
-        """Run the app, recording in-flight, latency to the last body byte, and the outcome."""
-        probes, clock = self._probes, self.clock
-        assert probes is not None
-        probes.admit(start)
-        status = 0
-        done = False
-
-        async def probe_send(message: Message) -> None:
-            nonlocal status, done
-            kind = message["type"]
-            if kind == "http.response.start":
-                status = message["status"]
-            elif kind == "http.response.body" and not message.get("more_body", False):
-                await send(message)
-                done = True
-                end = clock()
-                probes.complete(end - start, status, end)
-                return
-            await send(message)
-
-        try:
-            await self.app(scope, receive, probe_send)
-        except Exception:
-            if not done:
-                probes.fail(clock())
-            raise
-        except BaseException:  # cancelled: no sample
-            if not done:
-                probes.cancel(clock())
-            raise
-        if not done:  # the app returned without finishing a response (the client went away)
-            probes.cancel(clock())
 
     async def _tarpit(self, seconds: float) -> None:
         self.tarpitted += 1

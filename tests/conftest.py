@@ -43,3 +43,68 @@ def live_server(app: Any, **config: Any) -> Iterator[str]:
 @pytest.fixture
 def serve() -> Callable[..., contextlib.AbstractContextManager[str]]:
     return live_server
+
+
+class RedisServer:
+    """A throwaway redis-server on a free loopback port (or the one at REDIS_URL), restartable."""
+
+    def __init__(self, tmp: str) -> None:
+        import os
+        import shutil
+        import subprocess
+
+        self.external = os.environ.get("REDIS_URL")
+        self.proc: subprocess.Popen | None = None
+        if self.external:
+            self.url = self.external
+            return
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is required (Debian package 'redis-server'; .ci/run installs it)")
+        self.binary, self.tmp, self.port = binary, tmp, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.start()
+
+    def start(self) -> None:
+        import subprocess
+
+        if self.external:
+            return
+        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", self.tmp], stdout=subprocess.DEVNULL)  # fmt: skip
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def flush(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture
+def redis_server(tmp_path) -> Iterator[RedisServer]:
+    server = RedisServer(str(tmp_path))
+    server.flush()
+    try:
+        yield server
+    finally:
+        server.kill()

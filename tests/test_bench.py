@@ -42,3 +42,16 @@ def test_estimator_trials_smoke() -> None:
     result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp")
     assert set(result) == {"static", "bdp"}
     assert set(result["bdp"]["seeds_passing"]) >= {"goodput", "p99", "cv", "recovery"}
+
+
+def test_shared_budget_benchmark_smoke() -> None:
+    result = run(str(BENCH / "shared.py"), "--rounds", "1", "--duration", "1")
+    assert set(result["req_per_s_median"]) == {"bare", "admitgate", "admitgate_redis", "slowapi_asgi", "slowapi_redis"}
+    trips = result["redis_round_trips_per_1000_decisions"]
+    assert trips["slowapi_redis"] > 10 * trips["admitgate_redis"]
+
+
+def test_estimator_live_smoke() -> None:
+    result = run(str(BENCH / "estimator_live.py"), "--seconds", "8")
+    assert {"before_step", "after_step", "estimates"} <= set(result)
+    assert any(mu is not None for _, mu in result["estimates"])  # the gate's estimate is on /metrics

@@ -1,0 +1,257 @@
+"""One budget for many replicas: token leases from a bucket in Redis.
+
+Every replica keeps deciding locally, on its own :class:`~admitgate.pacer.TokenPacer`, so the admit
+path never waits for the network. What is shared is where the local tokens come from. Every
+``lease_interval`` seconds (0.1), a background task runs one Lua script in Redis. The script:
+
+* refills the shared bucket at the fleet's rate, using Redis ``TIME`` as the one clock;
+* grants this replica the tokens it may use in the next interval (twice its recent demand, so demand
+  can double between leases without a refusal); when the replicas together want more
+  than an interval's refill, each gets its demand-weighted share of it, so the first to ask does not
+  starve the others;
+* records the replica as alive for ``ttl`` seconds, with its own estimate of H and its probe summary;
+* forgets replicas whose TTL has passed (so a dead replica stops counting within ``ttl``, 3 s).
+
+The fleet rate is the configured rate, or, with live estimators, the sum of the live replicas' H.
+The replica then paces its own admissions at ``granted / lease_interval`` for the interval. One round
+trip per replica per interval, whatever the request rate: at 1,000 decisions/s per replica that is
+10 round trips per 1,000 decisions. State in Redis is O(1) per bucket plus one entry per live replica.
+
+**Over-admission bound.** Leased tokens are taken from the shared bucket when leased, and the bucket
+may run one burst into debt (leases arrive a little early or late). So in any window of T seconds the
+fleet admits at most ``rate·T + 2·burst + N·local_burst``: the shared bucket's bound with its debt, plus
+one local bucket per replica. The local burst is the fleet burst divided by the number of live
+replicas.
+
+**Faults are a mode, not an error.** Each call has a deadline (``timeout``, 20 ms by default). A
+loopback round trip takes about 0.1 ms, but under full load the event loop itself answers late. At 5
+ms, leases timed out and the replica fell back while Redis was healthy. Raise it across a network.
+After ``failures`` consecutive failures the circuit opens for ``cooldown`` seconds, and the replica
+runs on its own. With ``on_failure="open"`` (the default) it keeps 1/N of the last fleet rate it
+saw; with ``"closed"`` it admits nothing and rejects with a Retry-After. ``degraded`` and ``errors``
+are exported as metrics, and the transition is logged. When Redis answers again, leasing resumes. A
+restarted Redis has lost the script: redis-py's ``Script`` reloads it on ``NOSCRIPT``. All keys of
+one budget share a hash tag, ``{name}``, so Redis Cluster keeps them on one slot. The script uses
+only commands Redis 7 and Valkey share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any
+
+from .errors import ConfigError, non_negative, positive
+
+log = logging.getLogger("admitgate")
+
+LEASE = """
+local bucket, members, rates = KEYS[1], KEYS[2], KEYS[3]
+local want, id, mine = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local fixed, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local interval = tonumber(ARGV[7]) or 0
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', members, now + ttl, id)
+local dead = redis.call('ZRANGEBYSCORE', members, '-inf', now)
+for _, d in ipairs(dead) do
+  redis.call('ZREM', members, d)
+  redis.call('HDEL', rates, d)
+end
+redis.call('HSET', rates, id, want .. ' ' .. mine)
+local rate, wants = 0, 0
+for _, v in ipairs(redis.call('HVALS', rates)) do
+  local w, h = string.match(v, '^([^ ]+) ([^ ]+)')
+  rate = rate + (tonumber(h) or 0)
+  wants = wants + (tonumber(w) or 0)
+end
+if fixed > 0 then rate = fixed end
+local state = redis.call('HMGET', bucket, 'tokens', 'ts')
+local tokens = tonumber(state[1]) or burst
+local ts = tonumber(state[2]) or now
+if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
+-- a fair share: when the replicas together want more than an interval's refill, each gets its part of it
+local share = want
+if interval > 0 and wants > rate * interval then share = rate * interval * want / wants end
+-- The bucket may run into debt by one burst: leases come a little late or early, and a grant that
+-- waited for the exact refill would lose the difference. The debt is paid before anything more is granted.
+local grant = math.max(0, math.min(want, share, tokens + burst))
+tokens = tokens - grant
+redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts', tostring(now))
+local keep = math.ceil((ttl + 60) * 1000)
+redis.call('PEXPIRE', bucket, keep)
+redis.call('PEXPIRE', members, keep)
+redis.call('PEXPIRE', rates, keep)
+return {tostring(grant), tostring(rate), redis.call('ZCARD', members), tostring(now)}
+"""
+
+
+def connect(url: str) -> Any:
+    """A redis-py asyncio client for ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://`` URLs."""
+    try:
+        import redis.asyncio as aioredis
+    except ImportError:
+        raise ConfigError("backend", "needs redis-py: pip install 'admitgate[redis]'") from None
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(url.replace("+cluster", "", 1))
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("backend", "expected memory://, redis://, rediss://, unix:// or redis+cluster://", url)
+    return aioredis.Redis.from_url(url)
+
+
+class RedisBudget:
+    """Lease this replica's tokens from a shared bucket in Redis. See the module docstring.
+
+    ``url``: where Redis is. ``name``: the budget (replicas with the same name share it).
+    ``lease_interval``: seconds between leases. ``ttl``: seconds a silent replica still counts.
+    ``timeout``: seconds per Redis call. ``failures``/``cooldown``: the circuit breaker.
+    ``on_failure``: ``"open"`` (keep 1/N of the last fleet rate) or ``"closed"`` (admit nothing).
+    Attach to a gate with :meth:`attach`; the middleware does this for ``backend="redis://..."``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str = "admitgate",
+        lease_interval: float = 0.1,
+        ttl: float = 3.0,
+        timeout: float = 0.02,
+        failures: int = 3,
+        cooldown: float = 0.5,
+        on_failure: str = "open",
+        replica: str | None = None,
+        client: Any = None,
+    ) -> None:
+        self.url = url
+        self.name = name
+        self.lease_interval = positive("backend.lease_interval", lease_interval)
+        self.ttl = positive("backend.ttl", ttl)
+        self.timeout = positive("backend.timeout", timeout)
+        if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
+            raise ConfigError("backend.failures", "must be an integer >= 1", failures)
+        self.failures = failures
+        self.cooldown = non_negative("backend.cooldown", cooldown)
+        if on_failure not in ("open", "closed"):
+            raise ConfigError("backend.on_failure", "must be 'open' or 'closed'", on_failure)
+        self.on_failure = on_failure
+        self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.client = client if client is not None else connect(url)
+        self._script = self.client.register_script(LEASE)
+        self.keys = [f"{{{name}}}:bucket", f"{{{name}}}:replicas", f"{{{name}}}:rates"]
+        #: a lease asks for this many intervals' worth of recent demand: room for demand to double between
+        #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
+        self.headroom = 2.0
+        self.gate: Any = None
+        self.local_rate: float | None = None  # this replica's own H (from its headroom), published
+        self.fleet_rate: float | None = None  # what the shared bucket refills at
+        self.replicas = 1
+        self.degraded = False  # running on the local fallback
+        self.errors = 0
+        self.round_trips = 0
+        self.granted = 0.0
+        self._fixed = 0.0
+        self._failed = 0
+        self._retry_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._seen = 0  # the gate's decision count at the last lease
+
+    def attach(self, gate: Any, fixed_rate: float | None) -> None:
+        """Take over ``gate``'s pacer. ``fixed_rate``: the fleet's configured rate (None: sum the replicas' H)."""
+        self.gate = gate
+        gate.backend = self
+        self._fixed = fixed_rate or 0.0
+        self.fleet_rate = fixed_rate or gate.pacer.rate
+        self.local_rate = gate.pacer.rate
+        self._burst = gate.pacer.burst  # the fleet's burst
+        # Before the first lease (a few ms after the first request) only the local bucket's burst is admitted.
+        gate.pacer.set_rate(1e-6, gate.pacer._updated)
+
+    # -- the lease loop ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start leasing on the running event loop (idempotent; the middleware calls it per request)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="admitgate-lease")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.client.aclose()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.lease(started)
+            await asyncio.sleep(max(0.0, self.lease_interval - (loop.time() - started)))
+
+    def _demand(self) -> float:
+        """Decisions per second at this replica since the last lease (admitted, paced, rejected)."""
+        gate = self.gate
+        seen = gate.pacer.taken + gate.stats.paced + gate.stats.rejected + gate.stats.critical
+        demand, self._seen = (seen - self._seen) / self.lease_interval, seen
+        return demand
+
+    async def lease(self, now: float) -> bool:
+        """One lease. Returns False if Redis could not be reached (the fallback is in force then)."""
+        gate = self.gate
+        demand = self._demand()
+        if self.degraded and now < self._retry_at:
+            return False
+        want = max(1.0, demand * self.lease_interval * self.headroom)
+        mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
+        probes = gate.probes
+        summary = f"{mine:.6g}"
+        if probes is not None and probes.ring:
+            last = probes.ring[-1]
+            summary += f" completed={last.completed} latency={last.latency / max(1, last.completed):.6g}"
+        pacer = gate.pacer
+        args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval]
+        try:
+            self.round_trips += 1
+            reply = await asyncio.wait_for(self._script(keys=self.keys, args=args), self.timeout)
+        except Exception as exc:  # timeouts, connection errors, NOSCRIPT that could not be fixed, ...
+            self._fail(now, exc)
+            return False
+        granted, rate, replicas = float(reply[0]), float(reply[1]), int(reply[2])
+        if self.degraded:
+            log.warning("admitgate: backend %s is back; leasing from the shared budget again", self.url)
+        self.degraded, self._failed = False, 0
+        self.granted += granted
+        self.fleet_rate, self.replicas = rate, max(1, replicas)
+        pacer.set_burst(max(1.0, self._burst / self.replicas), pacer._updated)
+        pacer.set_rate(max(granted / self.lease_interval, 1e-6), pacer._updated)
+        return True
+
+    def _fail(self, now: float, exc: BaseException) -> None:
+        self.errors += 1
+        self._failed += 1
+        if self._failed < self.failures and not self.degraded:
+            return
+        if not self.degraded:
+            log.warning("admitgate: backend %s failing (%s); running on the local %s fallback", self.url,
+                        type(exc).__name__ or exc, self.on_failure)  # fmt: skip
+        self.degraded = True
+        self._retry_at = now + self.cooldown
+        pacer = self.gate.pacer
+        if self.on_failure == "open":
+            share = (self.fleet_rate or pacer.rate) / max(1, self.replicas)
+            pacer.set_rate(max(share, 1e-6), pacer._updated)
+        else:
+            pacer.set_rate(1e-6, pacer._updated)
+
+    def __repr__(self) -> str:
+        mode = "degraded" if self.degraded else "leasing"
+        return f"RedisBudget({self.url!r}, {self.name!r}, fleet={self.fleet_rate}/s, replicas={self.replicas}, {mode})"
+
+
+def backend_from_url(url: str | None, **options: Any) -> RedisBudget | None:
+    """``None`` or ``memory://`` -> no shared budget; a Redis URL -> :class:`RedisBudget`."""
+    if url is None or url == "memory://" or url.startswith("memory://"):
+        return None
+    return RedisBudget(url, **options)

@@ -1,0 +1,39 @@
+"""A replica for the shared-budget tests: ``REDIS_URL=... FLEET_RATE=200 uvicorn tests.redis_app:app``.
+
+``/`` is gated (no pacing, no tarpit: admitted or 429 at once); ``/count`` (exempt) reports this replica's
+admissions and the backend's state as JSON.
+"""
+
+import json
+import os
+
+from admitgate import AdmitGate
+
+
+async def inner(scope, receive, send):
+    if scope["path"] == "/count":
+        gate = replica.gate
+        backend = replica.backend
+        state = {
+            "admitted": gate.pacer.taken,
+            "rejected": gate.stats.rejected,
+            "degraded": backend.degraded,
+            "errors": backend.errors,
+            "replicas": backend.replicas,
+            "round_trips": backend.round_trips,
+            "granted": backend.granted,
+            "rate": gate.pacer.rate,
+            "fleet": backend.fleet_rate,
+        }
+        body = json.dumps(state).encode()  # fmt: skip
+    else:
+        body = b"ok"
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", str(len(body)).encode())]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+replica = AdmitGate(inner, rate=float(os.environ.get("FLEET_RATE", "200")), burst=20, max_pacing_delay=0,
+                    tarpit=0, exempt=("/count",), backend=os.environ["REDIS_URL"])  # fmt: skip
+app = replica

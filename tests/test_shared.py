@@ -1,0 +1,231 @@
+"""The shared budget against a real redis-server: atomic leases, fleet membership, faults, 4 replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from admitgate import AdmitGate, ConfigError, Gate
+from admitgate.herd import _Http1
+from admitgate.serving import free_port
+from admitgate.shared import LEASE, RedisBudget, backend_from_url
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = ["{t}:bucket", "{t}:replicas", "{t}:rates"]
+
+
+async def ok(scope, receive, send):  # pragma: no cover - not called
+    pass
+
+
+def test_memory_means_no_shared_budget_and_bad_urls_fail_at_start_up() -> None:
+    assert backend_from_url(None) is None and backend_from_url("memory://") is None
+    assert AdmitGate(ok, rate=5, backend="memory://").backend is None
+    with pytest.raises(ConfigError, match="backend"):
+        AdmitGate(ok, rate=5, backend="http://localhost")
+    with pytest.raises(ConfigError, match=r"backend\.on_failure"):
+        RedisBudget("redis://127.0.0.1:1", on_failure="maybe")
+
+
+def test_leases_are_atomic_under_concurrent_callers(redis_server) -> None:
+    rate, burst = 200.0, 10.0
+
+    async def run() -> tuple[float, float]:
+        client = aioredis.Redis.from_url(redis_server.url)
+        script = client.register_script(LEASE)
+        granted = 0.0
+        stop = time.monotonic() + 2.0
+
+        async def worker(i: int) -> None:
+            nonlocal granted
+            while time.monotonic() < stop:
+                reply = await script(keys=KEYS, args=[3, f"r{i % 4}", "0", rate, burst, 3])
+                granted += float(reply[0])
+
+        first = float((await script(keys=KEYS, args=[0, "r0", "0", rate, burst, 3]))[3])
+        await asyncio.gather(*(worker(i) for i in range(40)))
+        last = float((await script(keys=KEYS, args=[0, "r0", "0", rate, burst, 3]))[3])
+        await client.aclose()
+        return granted, last - first
+
+    granted, elapsed = asyncio.run(run())
+    bound = rate * elapsed + burst  # on Redis' own clock
+    assert granted <= bound + burst + 1e-6  # the bucket may run one burst into debt
+    assert granted >= 0.95 * bound  # 40 greedy callers leave nothing on the table
+
+
+def test_replicas_publish_their_rates_and_a_dead_one_stops_counting(redis_server) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    script = client.register_script(LEASE)
+    script(keys=KEYS, args=[0, "a", "50 completed=10 latency=0.1", 0, 10, 0.5])
+    reply = script(keys=KEYS, args=[0, "b", "70", 0, 10, 0.5])
+    assert (float(reply[1]), int(reply[2])) == (120.0, 2)
+    time.sleep(0.3)
+    script(keys=KEYS, args=[0, "a", "50", 0, 10, 0.5])  # a renews, b is silent
+    time.sleep(0.3)
+    reply = script(keys=KEYS, args=[0, "a", "50", 0, 10, 0.5])
+    assert (float(reply[1]), int(reply[2])) == (50.0, 1)
+    client.script_flush()  # as after a restart: the script is reloaded on NOSCRIPT
+    assert float(script(keys=KEYS, args=[0, "a", "50", 0, 10, 0.5])[1]) == 50.0
+    client.close()
+
+
+def test_a_replica_leases_its_share_and_falls_back_when_redis_is_gone(redis_server) -> None:
+    async def run() -> None:
+        gate = Gate(100, 10, now=0.0)
+        budget = RedisBudget(redis_server.url, name="t2", timeout=0.5, failures=2, cooldown=0.2)
+        budget.attach(gate, 100.0)
+        assert gate.pacer.rate < 1e-3  # nothing beyond the local burst before the first lease
+        for _ in range(5):
+            gate.pacer.taken += 4  # 40 decisions/s here
+            assert await budget.lease(time.monotonic())
+            await asyncio.sleep(0.1)
+        assert budget.fleet_rate == 100.0 and not budget.degraded
+        assert gate.pacer.rate == pytest.approx(4 * 2 / 0.1)  # twice its demand for the next interval, 80/s
+        redis_server.kill()
+        now = time.monotonic()
+        assert not await budget.lease(now)
+        assert not budget.degraded  # one failure is not an outage
+        assert not await budget.lease(now)
+        assert budget.degraded and budget.errors == 2
+        assert gate.pacer.rate == pytest.approx(100.0)  # fail open: 1/N of the last fleet rate, N = 1
+        redis_server.start()
+        assert not await budget.lease(now + 0.1)  # circuit open: not even tried
+        assert await budget.lease(now + 0.3)  # half-open: tried, and back
+        assert not budget.degraded
+        await budget.stop()
+
+    asyncio.run(run())
+
+
+def test_fail_closed_admits_nothing() -> None:
+    async def run() -> None:
+        gate = Gate(100, 10, now=0.0)
+        budget = RedisBudget(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2, failures=1, on_failure="closed")
+        budget.attach(gate, 100.0)
+        assert not await budget.lease(time.monotonic())
+        assert budget.degraded and gate.pacer.rate < 1e-3
+        await budget.stop()
+
+    asyncio.run(run())
+
+
+class Fleet:
+    """N uvicorn replicas of tests/redis_app.py on free ports, sharing one budget in Redis."""
+
+    def __init__(self, n: int, redis_url: str, rate: float) -> None:
+        self.ports = [free_port() for _ in range(n)]
+        env = {**os.environ, "REDIS_URL": redis_url, "FLEET_RATE": str(rate)}
+        self.procs = [subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.redis_app:app", "--port", str(p),
+                                        "--host", "127.0.0.1", "--log-level", "warning", "--lifespan", "off"],
+                                       cwd=ROOT, env=env) for p in self.ports]  # fmt: skip
+
+    async def counts(self) -> list[dict]:
+        out = []
+        for port in self.ports:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /count HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = await reader.read()
+            writer.close()
+            out.append(json.loads(data.split(b"\r\n\r\n", 1)[1]))
+        return out
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await self.counts()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "replicas did not start"
+                await asyncio.sleep(0.2)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(15)
+
+
+async def load(ports: list[int], rate: float, seconds: float, statuses: dict[int, int]) -> None:
+    """Open-loop GETs at ``rate``/s spread over ``ports``, on 16 keep-alive connections."""
+    conns = [_Http1("127.0.0.1", ports[i % len(ports)]) for i in range(16)]
+    interval = len(conns) / rate
+    stop = time.monotonic() + seconds
+
+    async def run(conn: _Http1, offset: float) -> None:
+        await asyncio.sleep(offset)
+        while time.monotonic() < stop:
+            started = time.monotonic()
+            status, _ = await conn.get("/", timeout=5)
+            statuses[status] = statuses.get(status, 0) + 1
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+        conn.close()
+
+    await asyncio.gather(*(run(c, i * interval / len(conns)) for i, c in enumerate(conns)))
+
+
+@pytest.mark.server
+def test_four_replicas_share_one_budget(redis_server) -> None:
+    fleet = Fleet(4, redis_server.url, rate=200)
+
+    async def run() -> tuple[float, dict[int, int], list[dict]]:
+        await fleet.wait_ready()
+        statuses: dict[int, int] = {}
+        task = asyncio.ensure_future(load(fleet.ports, 500, 8.0, statuses))
+        await asyncio.sleep(2.0)  # leases and membership settle
+        before, t0 = await fleet.counts(), time.monotonic()
+        await asyncio.sleep(5.0)
+        after, t1 = await fleet.counts(), time.monotonic()
+        await task
+        admitted = sum(a["admitted"] - b["admitted"] for a, b in zip(after, before, strict=True))
+        return admitted / (t1 - t0), statuses, after
+
+    try:
+        rate, statuses, after = asyncio.run(run())
+    finally:
+        fleet.close()
+    assert all(c["replicas"] == 4 for c in after)
+    assert set(statuses) <= {200, 429}, statuses
+    granted = sum(c["granted"] for c in after)
+    assert 190 <= rate <= 210, (rate, granted, after)  # within 5 % of the fleet's 200/s
+
+
+@pytest.mark.server
+def test_redis_killed_and_restarted_mid_load(redis_server) -> None:
+    fleet = Fleet(2, redis_server.url, rate=200)
+
+    async def run() -> tuple[dict[int, int], float | None]:
+        await fleet.wait_ready()
+        statuses: dict[int, int] = {}
+        task = asyncio.ensure_future(load(fleet.ports, 300, 7.0, statuses))
+        await asyncio.sleep(1.5)
+        redis_server.kill()
+        await asyncio.sleep(1.5)
+        assert all(c["degraded"] for c in await fleet.counts())
+        redis_server.start()
+        restarted, recovered = time.monotonic(), None
+        while time.monotonic() - restarted < 5:
+            if not any(c["degraded"] for c in await fleet.counts()):
+                recovered = time.monotonic() - restarted
+                break
+            await asyncio.sleep(0.05)
+        await task
+        return statuses, recovered
+
+    try:
+        statuses, recovered = asyncio.run(run())
+    finally:
+        fleet.close()
+    assert set(statuses) <= {200, 429}, statuses  # never a 5xx, never a dropped connection
+    assert statuses.get(200, 0) > 0
+    assert recovered is not None and recovered <= 2.0, recovered
