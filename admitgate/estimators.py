@@ -20,9 +20,10 @@ the window, so the herd simulator runs them on virtual time.
 
 The baseline latency (:class:`Baseline`) is the lowest *window average* seen over
 ``baseline_window`` seconds of unsaturated time, never a single sample; it is frozen while the
-service is saturated, so sustained overload cannot drag it up. A latency rise that draining does
-not undo is a slower service, not a queue: the baseline is re-measured (BDP), or re-probed after a
-jittered ``reprobe`` interval (gradient, AIMD).
+service is saturated, so sustained overload cannot drag it up. BDP tells a slower service from a
+queue while it drains. Once in flight stops falling, it cuts admissions by a quarter. If Little's
+latency (in flight ÷ admissions, no completion lag) does not fall, the service is slower, and that
+latency is the new baseline. Gradient and AIMD re-probe after a jittered ``reprobe`` interval.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Window:
     inflight: int  # requests in flight now
     busy: float  # time-average in flight over the newest 0.2 s (no lag: a queue shows here first)
     recent_latency: float  # mean latency over the newest 0.3 s at most (as few buckets as give 10 samples)
+    admit_rate: float  # admissions per second over the newest 0.2 s (with busy: Little's latency, no lag)
     limiting: bool  # the gate paced or rejected requests: demand is above the rate
     rate: float  # the rate in force (what the gate admits at now)
 
@@ -189,10 +191,13 @@ class BandwidthDelay(_Measured):
         self.cruise = non_negative("headroom.bdp.cruise", cruise)
         self.drain_time = positive("headroom.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
-        self._drain_at = self._drain_latency = 0.0
+        self._drain_at = self._drain_busy = self._drain_target = 0.0
+        self._plateau: float | None = None  # Little's latency at the first plateau of this drain
+        self._plateau_rate = 0.0  # and the delivered rate there
         self._over = 0  # consecutive windows over tolerance
         self._reprobe_at: float | None = None  # next baseline re-measurement
         self._quiet_until = 0.0  # end of the current re-measurement
+        self._quiet_busy = 0.0  # fewest in flight seen during it
 
     def estimate(self, w: Window) -> float:
         mu = w.rate if self.mu is None else self.mu
@@ -210,10 +215,14 @@ class BandwidthDelay(_Measured):
         if self._reprobe_at is None:
             self._reprobe_at = self._reprobe_after(w.now)
         if self.state == "re-measuring":
-            if w.now < self._quiet_until:
-                return mu * 0.75
-            # the queue had time to empty: what completes now is the service's own latency
-            self._baseline.reset(w.recent_latency)
+            falling = w.busy < 0.95 * self._quiet_busy
+            self._quiet_busy = min(self._quiet_busy, w.busy)
+            if w.now < self._quiet_until or (falling and w.now < self._quiet_until + self.reprobe / 2):
+                return mu * 0.75  # until the queue is gone: in flight has stopped falling
+            # No queue left: in flight over admissions is the service's own latency (Little), with none of
+            # the lag of latencies measured at completion. (While the service drops requests, there is.)
+            if not w.drops:
+                self._baseline.reset(self._little(w))
             self._reprobe_at = self._reprobe_after(w.now)
             self.state = "probing"  # carry on where it was: a re-measurement is not evidence of a queue
             return mu
@@ -222,23 +231,39 @@ class BandwidthDelay(_Measured):
             # queue (BBR's PROBE_RTT; Envoy's minRTT window without pinning concurrency to 3).
             self.state = "re-measuring"
             self._quiet_until = w.now + max(0.3, 3 * base, 4 * max(0.0, queued) / max(mu, 1e-9))
+            self._quiet_busy = w.busy
             return mu * 0.75
         if self.state == "draining":
-            if w.latency < 0.95 * self._drain_latency:
-                self._drain_latency, self._drain_at = w.latency, w.now  # still coming down
             if not queueing:
                 self._start_cruise(w.now)
                 return mu
-            if w.now - self._drain_at >= max(self.drain_time, 2 * w.latency):
-                # latency stopped falling while we drained: not a queue of ours, the service got slower
-                self._baseline.reset(w.latency)
-                self.mu = max(w.completion_rate, 1e-3)
+            if w.busy < 0.95 * self._drain_busy:
+                self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
+            elif w.admit_rate > 1.1 * self._drain_target:
+                self._drain_at = w.now  # admissions promised by the pacing queue at the old rate still go in
+            if w.now - self._drain_at < max(self.drain_time, 2 * base):
+                return self._drain_target
+            # In flight has stopped falling at this admission rate. Either a queue is in balance (the drain
+            # rate is not below the capacity, which may have just dropped), or there is no queue and the
+            # service itself is slower. Little's latency (in flight over admissions) tells them apart: admit
+            # a quarter less, and it falls with a queue but stays put with a slower service.
+            little = self._little(w)
+            if self._plateau is None:  # first plateau: cut by a quarter and look again
+                self._plateau, self._plateau_rate = little, max(w.completion_rate, 1e-3)
+                self._drain_target *= 0.75
+            elif little > 0.9 * self._plateau and not w.drops:  # (drops mean a queue)
+                self._baseline.reset(little)  # no queue: the service is this slow now
+                self.mu = self._plateau_rate
                 self._start_cruise(w.now)
                 return self.mu
-            return self._drain_rate(mu, queued)
+            else:  # a queue in balance at the first plateau: what it delivered there is the capacity
+                self.mu = mu = min(mu, self._plateau_rate)
+                self._plateau = None
+            self._drain_busy, self._drain_at = w.busy, w.now
+            return self._drain_target
         if queueing:
             self.mu = mu = max(w.completion_rate, 1e-3)  # saturated: what it delivers is what it can do
-            self.state, self._drain_at, self._drain_latency = "draining", w.now, w.latency
+            self.state, self._drain_at, self._drain_busy, self._plateau = "draining", w.now, w.busy, None
             return self._drain_rate(mu, queued)
         self._baseline.observe(w.latency, w.dt)
         if not w.limiting:
@@ -257,12 +282,18 @@ class BandwidthDelay(_Measured):
             return max(mu, w.rate) * (1 + self.probe_gain) ** w.dt
         return w.rate
 
+    @staticmethod
+    def _little(w: Window) -> float:
+        """Latency by Little's law from the newest 0.2 s; the measured mean if nothing was admitted."""
+        return w.busy / w.admit_rate if w.admit_rate > 0 and w.busy > 0 else w.recent_latency
+
     def _start_cruise(self, now: float) -> None:
         self.state = "cruising"
         self._until = now + self.cruise * self._rng.uniform(0.5, 1.5)
 
     def _drain_rate(self, mu: float, queued: float) -> float:
-        return max(mu - max(0.0, queued) / self.drain_time, mu / 2)
+        self._drain_target = max(mu - max(0.0, queued) / self.drain_time, mu / 2)
+        return self._drain_target
 
 
 class Gradient(_Measured):

@@ -179,6 +179,7 @@ class LiveHeadroom:
             return None
         newest = list(ring)[-3:]
         busy = sum(b.busy for b in newest[-2:]) / len(newest[-2:])
+        admit_rate = sum(b.admitted for b in newest[-2:]) / (len(newest[-2:]) * width)
         n = lat = 0.0
         for bucket in reversed(newest):
             n += bucket.completed
@@ -187,7 +188,7 @@ class LiveHeadroom:
                 break
         recent = lat / n if n else latency / completed
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
-                      recent, shed > 0, self._rate)  # fmt: skip
+                      recent, admit_rate, shed > 0, self._rate)  # fmt: skip
 
     def _external(self, mu: float, now: float) -> float:
         caps = [c for c in (self._call(p, now) for p in self.capacity_probes) if c is not None]

@@ -29,16 +29,24 @@ sys.path.insert(0, str(HERE.parent))
 from admitgate.herd import _Http1  # noqa: E402
 from admitgate.serving import free_port, pin  # noqa: E402
 
+GAUGES = {"admitgate_capacity_requests_per_second": "mu", "admitgate_rate_requests_per_second": "rate",
+          "admitgate_baseline_latency_seconds": "baseline", "admitgate_latency_seconds": "latency"}  # fmt: skip
 
-async def scrape(port: int) -> float | None:
+
+async def scrape(port: int) -> dict[str, float | str]:
+    """The gate's gauges and estimator state from /metrics."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     data = (await reader.read()).decode()
     writer.close()
+    out: dict[str, float | str] = {}
     for line in data.splitlines():
-        if line.startswith("admitgate_capacity_requests_per_second "):
-            return float(line.split()[1])
-    return None
+        name, _, value = line.partition(" ")
+        if name in GAUGES:
+            out[GAUGES[name]] = round(float(value), 4)
+        elif name.startswith("admitgate_estimator_state{"):
+            out["state"] = name.split('state="')[1].split('"')[0]
+    return out
 
 
 async def get(port: int, path: str) -> dict:
@@ -53,7 +61,7 @@ async def run(port: int, seconds: float, rate: float) -> dict:
     start = time.monotonic()
     step_at = seconds / 2
     results: list[tuple[float, int, float]] = []  # (sent, status, latency)
-    estimates: list[tuple[float, float | None, float]] = []
+    estimates: list[tuple[float, dict, float]] = []
     pool = [_Http1("127.0.0.1", port, cookies=False) for _ in range(256)]
     free = list(pool)
     stepped = False
@@ -86,7 +94,7 @@ async def run(port: int, seconds: float, rate: float) -> dict:
         window = [(t, s, lat) for t, s, lat in results if lo <= t < hi]
         ok = [lat for _, s, lat in window if s == 200]
         per_second = [sum(1 for t, s, _ in window if s == 200 and int(t) == sec) for sec in range(int(lo), int(hi))]
-        est = [e for t, e, _ in estimates if lo <= t < hi and e is not None]
+        est = [e["mu"] for t, e, _ in estimates if lo <= t < hi and "mu" in e]
         return {
             "goodput_of_capacity": round(len(ok) / ((hi - lo) * truth), 3),
             "p99_latency_s": round(sorted(ok)[int(0.99 * len(ok))], 3) if ok else None,
@@ -99,13 +107,13 @@ async def run(port: int, seconds: float, rate: float) -> dict:
             "transport_errors": sum(1 for _, s, _ in window if s == 0),
         }
 
-    first_within = next((t - step_at for t, e, truth in estimates if t >= step_at and e and abs(e / truth - 1) <= 0.15),
-                        None)  # fmt: skip
+    first_within = next((t - step_at for t, e, truth in estimates
+                         if t >= step_at and "mu" in e and abs(e["mu"] / truth - 1) <= 0.15), None)  # fmt: skip
     return {
         "before_step": phase(5.0, step_at, 200.0),
         "after_step": phase(step_at + 5.0, seconds, 100.0),
         "estimate_within_15pct_after_step_s": None if first_within is None else round(first_within, 1),
-        "estimates": [(round(t, 1), e) for t, e, _ in estimates],
+        "estimates": [(round(t, 1), e) for t, e, _ in estimates],  # e: mu, rate, baseline, latency, state
     }
 
 

@@ -9,9 +9,9 @@ from admitgate.estimators import AIMD, BandwidthDelay, Baseline, Gradient, Stati
 
 
 def window(now=1.0, dt=0.1, rate=100.0, completion=100.0, latency=0.1, busy=10.0, limiting=True, drops=0,
-           recent=None) -> Window:  # fmt: skip
-    return Window(now, dt, 100, completion, latency, drops, int(busy), busy,
-                  latency if recent is None else recent, limiting, rate)  # fmt: skip
+           recent=None, admit=None) -> Window:  # fmt: skip
+    return Window(now, dt, 100, completion, latency, drops, int(busy), busy, latency if recent is None else recent,
+                  completion if admit is None else admit, limiting, rate)  # fmt: skip
 
 
 def test_baseline_is_a_sliding_minimum_over_unfrozen_time() -> None:
@@ -52,10 +52,16 @@ def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() ->
 
 def test_bdp_rebaselines_when_draining_does_not_lower_latency() -> None:
     e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, seed=1)
-    e.estimate(window(now=0.1))
-    for i in range(2, 12):  # the service got twice as slow: latency 0.2 s whatever the rate
-        e.estimate(window(now=i / 10, completion=100.0, latency=0.2, busy=20.0))
-    assert e.baseline == pytest.approx(0.2)
+    e.estimate(window(now=0.1))  # baseline 0.1 s
+    # the service got twice as slow: 20 in flight at 100/s is a queue by the old baseline
+    target = e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
+    assert e.state == "draining"
+    for i in range(3, 40):  # in flight is always admissions × 0.2 s: no queue, at any drain rate
+        target = e.estimate(window(now=i / 10, completion=target, admit=target, latency=0.2, busy=target * 0.2))
+        if e.state != "draining":
+            break
+    assert e.baseline == pytest.approx(0.2)  # by Little: in flight over admissions
+    assert target > 40  # cut by a quarter once to tell a slower service from a queue, not run down
     assert e.state != "draining"
 
 
