@@ -148,6 +148,8 @@ class AdmitGate:
         if scope["type"] != "http":
             if scope["type"] == "websocket" and self.gate_websockets:
                 await self._websocket(scope, receive, send)
+            elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None):
+                await self.app(scope, self._lifespan(receive), send)
             else:
                 await self.app(scope, receive, send)
             return
@@ -218,6 +220,22 @@ class AdmitGate:
             probes.complete(end - now, status, end)
         else:  # returned without a response
             probes.cancel(end)
+
+    def _lifespan(self, receive: Receive) -> Receive:
+        """Start the lease loop and the metrics sync at start-up (not at the first request); stop at shutdown."""
+
+        async def lifespan_receive() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if self.backend is not None:
+                    self.backend.start()
+                if self._sync is not None:
+                    self._sync.start()
+            elif message["type"] == "lifespan.shutdown" and self.backend is not None:
+                await self.backend.stop()
+            return message
+
+        return lifespan_receive
 
     def _count(self, rule: Rule, index: int) -> None:
         key = (rule.template, rule.priority.name)

@@ -52,6 +52,15 @@ def _live(**options) -> Starlette:
     return app
 
 
+def admitgate_static_metrics() -> Starlette:
+    """A static rate with Prometheus metrics (three integers per route and class, read at scrape time)."""
+    from prometheus_client import CollectorRegistry
+
+    app = _app()
+    app.add_middleware(AdmitGate, rate=1e9, burst=1e9, metrics=CollectorRegistry())
+    return app
+
+
 def admitgate_live() -> Starlette:
     """Live headroom: the probes run on every request."""
     return _live()

@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from admitgate.serving import free_port, pin  # noqa: E402
 
-VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_live", "admitgate_metrics", "prometheus_per_request",
+VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_static_metrics", "admitgate_live", "admitgate_metrics",
+            "prometheus_per_request",
             "slowapi", "slowapi_asgi"]  # fmt: skip
 
 

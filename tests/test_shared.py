@@ -229,3 +229,39 @@ def test_redis_killed_and_restarted_mid_load(redis_server) -> None:
     assert set(statuses) <= {200, 429}, statuses  # never a 5xx, never a dropped connection
     assert statuses.get(200, 0) > 0
     assert recovered is not None and recovered <= 2.0, recovered
+
+
+def test_the_lease_loop_starts_with_the_app_and_stops_with_it(redis_server) -> None:
+    seen = []
+
+    async def app(scope, receive, send):
+        while True:
+            message = await receive()
+            seen.append(message["type"])
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def run() -> None:
+        gate = AdmitGate(app, rate=100, backend=redis_server.url)
+        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+        started = asyncio.Event()
+
+        async def receive():
+            if len(inbox) == 1:
+                await started.wait()  # shut down only once the loop has leased
+            return inbox.pop(0)
+
+        async def send(message):
+            if message["type"] == "lifespan.startup.complete":
+                await asyncio.sleep(0.3)
+                assert gate.backend.round_trips >= 2  # leasing before any request
+                started.set()
+
+        await gate({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+        assert gate.backend._task.done()
+
+    asyncio.run(run())
+    assert seen == ["lifespan.startup", "lifespan.shutdown"]
