@@ -115,11 +115,12 @@ scrape_configs:
             api = f"http://127.0.0.1:{port}/api/v1/query"
             deadline = time.monotonic() + 60
             while True:  # until rate() over the scrapes has something
-                try:
-                    r = httpx.get(api, params={"query": f"sum(rate({m.DECISIONS}_total[5s]))"}, timeout=2).json()
+                try:  # until it is ready (it answers 503 with a text body while starting)
+                    reply = httpx.get(api, params={"query": f"sum(rate({m.DECISIONS}_total[5s]))"}, timeout=2)
+                    r = reply.json() if reply.status_code == 200 else {"data": {"result": []}}
                     if r["data"]["result"] and float(r["data"]["result"][0]["value"][1]) > 0:
                         break
-                except httpx.HTTPError:
+                except (httpx.HTTPError, ValueError):
                     pass
                 assert time.monotonic() < deadline, "Prometheus never scraped the app"
                 time.sleep(0.5)

@@ -265,3 +265,61 @@ def test_the_lease_loop_starts_with_the_app_and_stops_with_it(redis_server) -> N
 
     asyncio.run(run())
     assert seen == ["lifespan.startup", "lifespan.shutdown"]
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    """Three redis-server masters on free loopback ports joined into a Redis Cluster."""
+    import shutil
+
+    binary = shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if binary is None or cli is None:
+        pytest.fail("redis-server and redis-cli are required (Debian package 'redis-server')")
+    ports = [free_port() for _ in range(3)]
+    procs = []
+    for port in ports:
+        node = tmp_path / str(port)
+        node.mkdir()
+        procs.append(subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                                       "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+                                       "--dir", str(node)], stdout=subprocess.DEVNULL))  # fmt: skip
+    try:
+        for port in ports:
+            client = redis.Redis(port=port)
+            for _ in range(100):
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            client.close()
+        nodes = [f"127.0.0.1:{p}" for p in ports]
+        subprocess.run([cli, "--cluster", "create", *nodes, "--cluster-yes"], check=True, capture_output=True,
+                       timeout=60)  # fmt: skip
+        client = redis.Redis(port=ports[0])
+        deadline = time.monotonic() + 30
+        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the cluster did not form"
+            time.sleep(0.1)
+        client.close()
+        yield f"redis+cluster://127.0.0.1:{ports[0]}/0"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_leases_work_on_redis_cluster(redis_cluster) -> None:
+    async def run() -> None:
+        gate = Gate(100, 10, now=0.0)
+        budget = RedisBudget(redis_cluster, name="fleet", timeout=0.5)
+        budget.attach(gate, 100.0)
+        for _ in range(3):
+            gate.pacer.taken += 4
+            assert await budget.lease(time.monotonic()), budget.errors
+            await asyncio.sleep(0.1)
+        assert budget.fleet_rate == 100.0 and budget.replicas == 1 and not budget.degraded
+        await budget.stop()
+
+    asyncio.run(run())
