@@ -26,7 +26,7 @@ import httpx
 
 from .backoff import Uniform, backoff_delay, check_jitter, server_delay
 from .clock import Clock
-from .errors import ConfigError, non_negative, positive
+from .errors import integer, non_negative, positive
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -97,8 +97,7 @@ class RetryPolicy:
     budget: RetryBudget | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
-            raise ConfigError("attempts", "must be an integer >= 1", self.attempts)
+        integer("attempts", self.attempts, 1)
         positive("base", self.base)
         positive("cap", self.cap)
         check_jitter(self.jitter)

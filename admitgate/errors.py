@@ -31,3 +31,10 @@ def non_negative(field: str, value: float) -> float:
     if not value >= 0 or value == float("inf"):
         raise ConfigError(field, "must be a finite number >= 0", value)
     return float(value)
+
+
+def integer(field: str, value: int, minimum: int) -> int:
+    """Return ``value`` if it is an int (not a bool) >= ``minimum``, else raise ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, f"must be an integer >= {minimum}", value)
+    return value

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import ConfigError, non_negative, positive
+from .errors import ConfigError, integer, non_negative, positive
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +184,7 @@ class BandwidthDelay(_Measured):
     ) -> None:
         super().__init__(baseline_window, reprobe, seed)
         self.tolerance = positive("headroom.bdp.tolerance", tolerance)
-        if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 1:
-            raise ConfigError("headroom.bdp.confirm", "must be an integer >= 1", confirm)
+        integer("headroom.bdp.confirm", confirm, 1)
         self.confirm = confirm
         self.probe_gain = positive("headroom.bdp.probe_gain", probe_gain)
         self.cruise = non_negative("headroom.bdp.cruise", cruise)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .errors import ConfigError, non_negative, positive
+from .errors import ConfigError, integer, non_negative, positive
 from .headroom import Headroom, StaticHeadroom
 from .pacer import TokenPacer
 from .probes import Probes
@@ -137,8 +137,7 @@ class Gate:
         self.lead = min(1.0, self.max_pacing_delay)  # how early before its slot a client is told to return
         if max_waiters is None:  # room for two pacing windows of returns at the initial rate
             max_waiters = max(1000, math.ceil(2 * initial * self.max_pacing_delay))
-        if isinstance(max_waiters, bool) or not isinstance(max_waiters, int) or max_waiters < 0:
-            raise ConfigError("max_waiters", "must be an integer >= 0", max_waiters)
+        integer("max_waiters", max_waiters, 0)
         self.max_waiters = max_waiters
         self.max_retry_after = positive("max_retry_after", max_retry_after)
         if self.max_retry_after < 1:

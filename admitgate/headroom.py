@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .errors import ConfigError, non_negative, positive
+from .errors import ConfigError, integer, non_negative, positive
 from .estimators import Estimator, Window
 from .probes import Probes
 
@@ -112,8 +112,7 @@ class LiveHeadroom:
         self.initial = min(max(positive("headroom.initial", initial), self.floor), self.ceiling)
         self.max_step = positive("headroom.max_step", max_step)
         self.window = positive("headroom.window", window)
-        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
-            raise ConfigError("headroom.min_samples", "must be an integer >= 1", min_samples)
+        integer("headroom.min_samples", min_samples, 1)
         self.min_samples = min_samples
         if probe_mode not in ("cap", "replace"):
             raise ConfigError("headroom.probe_mode", "must be 'cap' or 'replace'", probe_mode)

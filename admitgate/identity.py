@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, integer
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])
 KeyFunc = Callable[[Scope], "Hashable | None"]
@@ -74,8 +74,7 @@ def client_address(scope: Scope, trusted_hops: int = 0) -> str | None:
 
 def connection_key(trusted_hops: int = 0) -> KeyFunc:
     """Key by (client address, peer port): one key per client connection."""
-    if isinstance(trusted_hops, bool) or not isinstance(trusted_hops, int) or trusted_hops < 0:
-        raise ConfigError("trusted_hops", "must be an integer >= 0", trusted_hops)
+    integer("trusted_hops", trusted_hops, 0)
 
     def key(scope: Scope) -> Hashable | None:
         client = scope.get("client")

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sized
 from typing import Generic, TypeVar
 
-from .errors import ConfigError
+from .errors import integer
 
 V = TypeVar("V")
 
@@ -23,8 +23,7 @@ class BoundedExpiringMap(Generic[V]):
     __slots__ = ("_data", "evicted", "max_keys")
 
     def __init__(self, max_keys: int = 100_000) -> None:
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
-            raise ConfigError("max_keys", "must be an integer >= 1", max_keys)
+        integer("max_keys", max_keys, 1)
         self.max_keys = max_keys
         self.evicted = 0  #: entries dropped by the size cap (not by expiry)
         self._data: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()

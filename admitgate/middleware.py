@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import ConfigError
+from .errors import ConfigError, integer
 from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
@@ -114,8 +114,7 @@ class AdmitGate:
         self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
-        if isinstance(max_tarpitted, bool) or not isinstance(max_tarpitted, int) or max_tarpitted < 0:
-            raise ConfigError("max_tarpitted", "must be an integer >= 0", max_tarpitted)
+        integer("max_tarpitted", max_tarpitted, 0)
         self.max_tarpitted = max_tarpitted
         self.tarpitted = 0  #: 429s being held right now
         # Bound once so the admit path does no attribute chasing.

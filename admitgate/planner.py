@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .errors import ConfigError
+from .errors import ConfigError, integer
 from .poisson import max_safe_rate, normal_safe_rate
 
 
@@ -121,8 +121,7 @@ def plan(
     cost_wait: float | None = None,
 ) -> Plan:
     """Size the jitter window for ``clients`` against ``headroom`` requests/s (see the module docstring)."""
-    if isinstance(clients, bool) or not isinstance(clients, int) or clients <= 0:
-        raise ConfigError("clients", "must be an integer > 0", clients)
+    integer("clients", clients, 1)
     _positive("headroom", headroom)
     for name, value in (("service_time", service_time), ("connections", connections), ("reset", reset),
                         ("deadline", deadline), ("sla_p95", sla_p95), ("cost_capacity", cost_capacity),

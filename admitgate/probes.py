@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-from .errors import ConfigError, positive
+from .errors import integer, positive
 
 #: Latency histogram bounds, seconds (prometheus-client's defaults, extended to 30 s).
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0)
@@ -74,8 +74,7 @@ class Probes:
 
     def __init__(self, width: float = 0.1, buckets: int = 50, now: float = 0.0) -> None:
         self.width = positive("probe_bucket", width)
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
-            raise ConfigError("probe_buckets", "must be an integer >= 2", buckets)
+        integer("probe_buckets", buckets, 2)
         self._index = int(now / self.width)
         self._next = (self._index + 1) * self.width  # when the current bucket ends
         self.ring: deque[Bucket] = deque(maxlen=buckets)

@@ -43,7 +43,7 @@ import os
 import socket
 from typing import Any
 
-from .errors import ConfigError, non_negative, positive
+from .errors import ConfigError, integer, non_negative, positive
 
 log = logging.getLogger("admitgate")
 
@@ -132,8 +132,7 @@ class RedisBudget:
         self.lease_interval = positive("backend.lease_interval", lease_interval)
         self.ttl = positive("backend.ttl", ttl)
         self.timeout = positive("backend.timeout", timeout)
-        if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
-            raise ConfigError("backend.failures", "must be an integer >= 1", failures)
+        integer("backend.failures", failures, 1)
         self.failures = failures
         self.cooldown = non_negative("backend.cooldown", cooldown)
         if on_failure not in ("open", "closed"):

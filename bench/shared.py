@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from overhead import interleaved, start, wrk  # noqa: E402
 
-from admitgate.serving import free_port  # noqa: E402
+from admitgate.serving import free_port, wait_for_redis  # noqa: E402
 
 VARIANTS = ["bare", "admitgate", "admitgate_redis", "slowapi_asgi", "slowapi_redis"]
 
@@ -50,13 +50,7 @@ def redis_server() -> tuple[subprocess.Popen | None, str]:
             "--dir", tempfile.gettempdir()]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
+    wait_for_redis(url)
     return proc, url
 
 
@@ -100,16 +94,18 @@ def round_trips(url: str, variant_url: str, seconds: float, connections: int) ->
 def main(rounds: int, duration: float, connections: int) -> dict:
     server, url = redis_server()
     os.environ["REDIS_URL"] = url
-    proc, urls = start(VARIANTS)
     trips: dict[str, float] = {}
-    try:
-        rates, cpu = interleaved(urls, rounds, duration, connections, proc.pid)
-        for v in ("admitgate", "admitgate_redis", "slowapi_redis"):
-            trips[v], idle = round_trips(url, urls[v], max(1.0, min(duration, 2.0)), connections)
-        trips["idle_per_second"] = idle
+    try:  # the throwaway redis-server goes away even when the app server fails to start
+        proc, urls = start(VARIANTS)
+        try:
+            rates, cpu = interleaved(urls, rounds, duration, connections, proc.pid)
+            for v in ("admitgate", "admitgate_redis", "slowapi_redis"):
+                trips[v], idle = round_trips(url, urls[v], max(1.0, min(duration, 2.0)), connections)
+            trips["idle_per_second"] = idle
+        finally:
+            proc.terminate()
+            proc.wait(10)
     finally:
-        proc.terminate()
-        proc.wait(10)
         if server is not None:
             server.terminate()
             server.wait(10)

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from admitgate import ManualClock
-from admitgate.serving import free_port
+from admitgate.serving import free_port, wait_for_redis
 
 
 @pytest.fixture
@@ -72,19 +72,7 @@ class RedisServer:
             return
         self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--dir", self.tmp], stdout=subprocess.DEVNULL)  # fmt: skip
-        import redis
-
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        client.close()
+        wait_for_redis(self.url)
 
     def kill(self) -> None:
         if self.proc is not None:

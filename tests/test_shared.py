@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Gate
 from admitgate.herd import _Http1
-from admitgate.serving import free_port
+from admitgate.serving import free_port, wait_for_redis
 from admitgate.shared import LEASE, RedisBudget, backend_from_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,7 +276,11 @@ def redis_cluster(tmp_path):
     cli = shutil.which("redis-cli")
     if binary is None or cli is None:
         pytest.fail("redis-server and redis-cli are required (Debian package 'redis-server')")
-    ports = [free_port() for _ in range(3)]
+    ports: list[int] = []
+    while len(ports) < 3:  # a cluster node also listens on port + 10000 (its bus), so stay below 55536
+        port = free_port()
+        if port < 55536 and port not in ports:
+            ports.append(port)
     procs = []
     for port in ports:
         node = tmp_path / str(port)
@@ -286,14 +290,7 @@ def redis_cluster(tmp_path):
                                        "--dir", str(node)], stdout=subprocess.DEVNULL))  # fmt: skip
     try:
         for port in ports:
-            client = redis.Redis(port=port)
-            for _ in range(100):
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            client.close()
+            wait_for_redis(f"redis://127.0.0.1:{port}/0")
         nodes = [f"127.0.0.1:{p}" for p in ports]
         subprocess.run([cli, "--cluster", "create", *nodes, "--cluster-yes"], check=True, capture_output=True,
                        timeout=60)  # fmt: skip
