@@ -46,7 +46,7 @@ GATE_KEYS: dict[str, type | tuple[type, ...]] = {
 }  # fmt: skip
 #: ``[headroom]`` keys (LiveHeadroom keyword arguments) besides ``estimator`` and the estimator tables.
 HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
-                 "probe_buckets", "background", "capacity_probes", "probe_mode")  # fmt: skip
+                 "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
 

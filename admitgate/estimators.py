@@ -54,6 +54,7 @@ class Window:
     admit_rate: float  # admissions per second over the newest 0.2 s (with busy: Little's latency, no lag)
     limiting: bool  # the gate paced or rejected requests: demand is above the rate
     rate: float  # the rate in force (what the gate admits at now)
+    delivered: float | None = None  # completions per second over the newest 0.5 s (None: completion_rate)
 
 
 @runtime_checkable
@@ -161,6 +162,8 @@ class BandwidthDelay(_Measured):
     queue, once seen in ``confirm`` consecutive windows (0.5 and 2: the baseline is the lowest window mean,
     a few per cent under the typical one, and in-flight counts are Poisson-noisy; lower values shed on noise);
     ``probe_gain``: growth of the rate per second while probing (0.25: 2× in about 3 s);
+    ``startup_gain``: growth per second until the service has first been seen saturated (1.0: 2× a
+    second, BBR's start-up: a capacity far above the first guess is found in seconds, not tens);
     ``cruise``: seconds held at μ after a drain before probing again, jittered ±50%;
     ``drain_time``: seconds to empty the estimated queue (the drain rate is floored at half of μ);
     ``baseline_window``: seconds of unsaturated time the baseline minimum spans;
@@ -176,6 +179,7 @@ class BandwidthDelay(_Measured):
         tolerance: float = 0.5,
         confirm: int = 2,
         probe_gain: float = 0.25,
+        startup_gain: float = 1.0,
         cruise: float = 2.0,
         drain_time: float = 1.0,
         baseline_window: float = 30.0,
@@ -187,6 +191,8 @@ class BandwidthDelay(_Measured):
         integer("headroom.bdp.confirm", confirm, 1)
         self.confirm = confirm
         self.probe_gain = positive("headroom.bdp.probe_gain", probe_gain)
+        self.startup_gain = positive("headroom.bdp.startup_gain", startup_gain)
+        self._started = False  # the service has been seen saturated (start-up is over)
         self.cruise = non_negative("headroom.bdp.cruise", cruise)
         self.drain_time = positive("headroom.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
@@ -197,12 +203,16 @@ class BandwidthDelay(_Measured):
         self._reprobe_at: float | None = None  # next baseline re-measurement
         self._quiet_until = 0.0  # end of the current re-measurement
         self._quiet_busy = 0.0  # fewest in flight seen during it
+        self._quiet = 0.0  # the rate admitted during it
 
     def estimate(self, w: Window) -> float:
         mu = w.rate if self.mu is None else self.mu
         base = self._base(w)
-        # Little: without a queue, in flight = delivered rate × baseline latency. Above that, work waits.
-        expected = w.completion_rate * base
+        # Little: without a queue, in flight = throughput × baseline latency. Above that, work waits. The
+        # throughput is what is admitted or what is delivered, whichever is higher: right after a rise in
+        # demand the delivered rate (a longer average) still lags, and a burst is not a queue.
+        expected = max(w.completion_rate, w.admit_rate) * base
+        delivered = w.completion_rate if w.delivered is None else w.delivered
         queued = w.busy - expected
         over = queued > self.tolerance * expected + 1 or w.drops > 0
         self._over = self._over + 1 if over else 0
@@ -217,7 +227,7 @@ class BandwidthDelay(_Measured):
             falling = w.busy < 0.95 * self._quiet_busy
             self._quiet_busy = min(self._quiet_busy, w.busy)
             if w.now < self._quiet_until or (falling and w.now < self._quiet_until + self.reprobe / 2):
-                return mu * 0.75  # until the queue is gone: in flight has stopped falling
+                return self._quiet  # until the queue is gone: in flight has stopped falling
             # No queue left: in flight over admissions is the service's own latency (Little), with none of
             # the lag of latencies measured at completion. (While the service drops requests, there is.)
             if not w.drops:
@@ -229,9 +239,10 @@ class BandwidthDelay(_Measured):
             # Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a
             # queue (BBR's PROBE_RTT; Envoy's minRTT window without pinning concurrency to 3).
             self.state = "re-measuring"
-            self._quiet_until = w.now + max(0.3, 3 * base, 4 * max(0.0, queued) / max(mu, 1e-9))
+            self._quiet = 0.75 * max(mu, w.completion_rate)  # (μ may lag a rate that grew while starved)
+            self._quiet_until = w.now + max(0.3, 3 * base, 4 * max(0.0, queued) / self._quiet)
             self._quiet_busy = w.busy
-            return mu * 0.75
+            return self._quiet
         if self.state == "draining":
             if not queueing:
                 self._start_cruise(w.now)
@@ -248,7 +259,7 @@ class BandwidthDelay(_Measured):
             # a quarter less, and it falls with a queue but stays put with a slower service.
             little = self._little(w)
             if self._plateau is None:  # first plateau: cut by a quarter and look again
-                self._plateau, self._plateau_rate = little, max(w.completion_rate, 1e-3)
+                self._plateau, self._plateau_rate = little, max(delivered, 1e-3)
                 self._drain_target *= 0.75
             elif little > 0.9 * self._plateau and not w.drops:  # (drops mean a queue)
                 self._baseline.reset(little)  # no queue: the service is this slow now
@@ -261,7 +272,10 @@ class BandwidthDelay(_Measured):
             self._drain_busy, self._drain_at = w.busy, w.now
             return self._drain_target
         if queueing:
-            self.mu = mu = max(w.completion_rate, 1e-3)  # saturated: what it delivers is what it can do
+            # Saturated: what it delivers now is what it can do. A capacity that collapsed (an outage) is
+            # found again at start-up speed once it returns, not at the probing pace.
+            self._started = not (self.mu is not None and delivered < self.mu / 4)
+            self.mu = mu = max(delivered, 1e-3)
             self.state, self._drain_at, self._drain_busy, self._plateau = "draining", w.now, w.busy, None
             return self._drain_rate(mu, queued)
         self._baseline.observe(w.latency, w.dt)
@@ -274,12 +288,18 @@ class BandwidthDelay(_Measured):
         if w.now < self._until:
             self.state = "cruising"
             return mu
-        self.state = "probing"
+        self.state = "probing" if self._started else "starting"
+        gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
         # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
-        if w.rate < (1 + 2 * self.probe_gain) * w.completion_rate:
-            return max(mu, w.rate) * (1 + self.probe_gain) ** w.dt
+        if w.rate < (1 + 2 * gain) * w.completion_rate:
+            return max(mu, w.rate) * (1 + gain) ** w.dt
         return w.rate
+
+    @property
+    def growth(self) -> float:
+        """How fast the rate grows while probing now, per second (start-up's until first saturation)."""
+        return self.probe_gain if self._started else self.startup_gain
 
     @staticmethod
     def _little(w: Window) -> float:

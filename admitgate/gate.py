@@ -1,41 +1,67 @@
-"""The admission decision, free of ASGI: admit, pace, or reject with a slot.
+"""The admission decision, free of ASGI: admit, pace, or reject with a place in the retry schedule.
 
-:class:`Gate` owns the token pacer, the spreading policy and the counters. It reads
-no clock and does no I/O: every call takes ``now`` (seconds), so the middleware and
-the herd simulator drive the very same object on real and virtual time.
+:class:`Gate` owns the token pacer (refilling at the capacity μ), the retry schedule (whose head
+moves at the shed rate H = μ − λ_new) and the counters. It reads no clock and does no I/O: every
+call takes ``now`` (seconds), so the middleware and the herd simulator drive the very same object
+on real and virtual time, through the same two calls:
 
-The fast path is :meth:`Gate.try_admit` (one bucket update). When it fails,
-:meth:`Gate.decide` either *paces* the request (reserves a token that will exist
-within ``max_pacing_delay`` seconds, if fewer than ``max_waiters`` are already held)
-or *rejects* it with a slot from the spreading policy. The Retry-After of a slot at
-``s`` is ``ceil(s - now - lead)``, at least 1, where ``lead = min(1 s, max_pacing_delay)``:
-a client is told to come back up to a second *before* its slot, because the gate will
-hold it until its token exists. Whole-second Retry-After values would otherwise leave
-tokens unused between returns; with the lead, returns always precede their tokens and
-the cohort drains at the full rate. Pacing longer than the lead (default 1.5 s vs 1 s)
-leaves slack for clients that come back a little late or bunched.
+* :meth:`Gate.admit` decides a request: admitted, paced (held for ``delay`` seconds), or rejected
+  with a Retry-After (its 429 possibly held first, the tarpit);
+* :meth:`Gate.end_hold` ends a hold and says what happens next.
+
+Two kinds of request meet here. A *new* request (a first attempt: its client holds no place) takes
+a token from the bucket at once, or is paced until its reserved token exists, or is given a place
+at the tail of the schedule. A *returning* client holding a place goes in when its place is due:
+it is held until then if that is within ``max_pacing_delay``, and is then charged ahead of later
+arrivals (never past the bucket's debt floor). Otherwise it is told again when its place will be due
+and keeps it. The schedule moves at H = μ − λ_new, so the bucket keeps λ_new for new requests.
+
+λ_new is measured, not configured: the rate of requests from clients holding no place, as the median
+of the last few whole seconds, so that a herd's own first wave (it arrives within a second) does not
+count as new traffic.
+
+The Retry-After of a place is ``ceil(τ − lead)``, at least 1, where τ is the forecast time until the
+place is due (see :func:`admitgate.schedule.forecast`) and ``lead = min(1 s, max_pacing_delay)``: a
+client is told to come back up to a second before its place is due and is held until it is.
+Whole-second Retry-After values would otherwise leave tokens unused between returns. When H has
+collapsed below a quarter of its recent peak (an outage), the forecast expects the peak back at any
+moment: clients are told when their place would be due at the peak, and ask again if it is not.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from bisect import bisect_left
-from collections.abc import Hashable
+from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from .errors import ConfigError, integer, non_negative, positive
 from .headroom import Headroom, StaticHeadroom
 from .pacer import TokenPacer
 from .probes import Probes
 from .routing import Priority
-from .spread import SpreadPolicy, spread_from_name
+from .schedule import PLACEMENTS, Place, Schedule, forecast
+
+log = logging.getLogger("admitgate")
 
 #: Pacing-hold histogram bounds, seconds.
 PACING_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
-#: The sheddable share never drops below this fraction of the rate, so slots stay finite.
+#: The shed rate never drops below this fraction of the rate, so places stay finite.
 MIN_SHARE = 0.05
+#: A client back this much before the time it was told (seconds) ignores Retry-After.
+EARLY_SLACK = 0.1
+#: A place counts as due when the head is within this many seconds of it (float rounding).
+DUE_SLACK = 1e-6
+#: H below this share of its recent peak has collapsed (an outage): the forecast expects the peak back.
+COLLAPSE = 0.25
+#: The recent peak of H decays with this time constant, seconds.
+PEAK_MEMORY = 30.0
+
+Identify = Callable[[], "Hashable | None"]
 
 
 class Verdict(Enum):
@@ -46,72 +72,93 @@ class Verdict(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Outcome of :meth:`Gate.decide`. Times in seconds; rates in requests/s."""
+    """What the gate decided for one request. Times in seconds; rates in requests/s.
+
+    ``delay``: PACE, hold the request this long, then call :meth:`Gate.end_hold`; REJECT, hold the
+    429 this long first (the tarpit; 0 for most), then call :meth:`Gate.end_hold`.
+    ``retry_after``: REJECT, whole seconds to send (>= 1). ``rate``: H, for the rate-limit fields.
+    ``key``: the client key the decision was taken for (the ticket to set on a 429), if known.
+    """
 
     verdict: Verdict
-    delay: float = 0.0  # PACE: how long to hold the request
-    retry_after: int = 0  # REJECT: whole seconds, >= 1
-    slot: float = 0.0  # REJECT: absolute time the client is expected back
-    rate: float = 0.0  # the rate in force
-    early: bool = False  # REJECT: a recognised client came back before its slot (it ignores Retry-After)
+    delay: float = 0.0
+    retry_after: int = 0
+    rate: float = 0.0
+    key: Hashable | None = None
+    cost: float = 0.0
+    keep: float = 0.0  # tokens this request's class must leave in the bucket
+    place: Place | None = None  # PACE: the place in the schedule a returning client is held for, or
+    token: float | None = None  # PACE: the reserved token's place on the pacer's refill axis
+    epoch: int = 0  # PACE: the pacer's epoch the token was reserved in
+    since: float = 0.0  # PACE: when the hold began
+
+
+ADMITTED = Decision(Verdict.ADMIT)
 
 
 @dataclass(slots=True)
 class GateStats:
-    """Plain counters (requests). Admissions at once are counted by the pacer (``pacer.taken``)."""
+    """Counters (requests). Admissions at once from the bucket are counted by the pacer (``pacer.taken``)."""
 
-    paced: int = 0
+    critical: int = 0  # critical requests (never shed; charged first)
+    contended: int = 0  # requests that found no free token (then paced, scheduled or rejected)
+    returning: int = 0  # requests from clients holding a place in the schedule
+    paced: int = 0  # holds that began (a reserved token, or a returning client waiting for its place)
+    scheduled: int = 0  # returning clients admitted at their place
     rejected: int = 0
-    critical: int = 0
-    abandoned: int = 0  # paced requests whose client went away (token refunded)
-    early: int = 0  # rejections of recognised clients that came back before their slot
+    early: int = 0  # rejections of clients back before the time they were told (they ignore Retry-After)
+    abandoned: int = 0  # paced requests whose client went away
+    overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a spread value within it)
 
 
-class _RateMeter:
-    """Exponentially decaying rate (units/s) with time constant ``tau`` seconds.
+class NewRate:
+    """λ_new in requests/s: the median of the last ``seconds`` whole-second counts of new requests.
 
-    Bias-corrected for its warm-up: until it has seen ``tau`` seconds of traffic it divides by
-    the weight accumulated so far rather than by ``tau``, so a steady 20/s reads 20/s from the
-    start instead of climbing towards it (an under-read here makes the schedule hand out slots
-    faster than the bucket can honour them).
+    A herd's first wave falls within a second or two and moves the median by at most a place or
+    two; steady new traffic fills every second. Seconds not seen yet count as 0: under-reading λ_new
+    only makes the schedule optimistic, which costs a client a second 429, not capacity.
     """
 
-    __slots__ = ("_at", "_level", "_since", "tau")
+    __slots__ = ("_counts", "_second", "_seen", "rate")
 
-    def __init__(self, tau: float = 2.0) -> None:
-        self.tau, self._level, self._at = tau, 0.0, 0.0
-        self._since: float | None = None
+    def __init__(self, seconds: int = 5, now: float = 0.0) -> None:
+        integer("new_window", seconds, 1)
+        self._counts: deque[float] = deque([0.0] * seconds, maxlen=seconds)
+        self._second = math.floor(now)
+        self._seen = 0.0
+        self.rate = 0.0
 
-    def add(self, amount: float, now: float) -> None:
-        if self._since is None:
-            self._since = self._at = now
-        elif now > self._at:
-            self._level *= math.exp((self._at - now) / self.tau)
-            self._at = now
-        self._level += amount
-
-    def rate(self, now: float) -> float:
-        if self._since is None:
-            return 0.0
-        level = self._level * math.exp(min(0.0, self._at - now) / self.tau)
-        span = max(now - self._since, self.tau / 2)  # at least half a time constant of evidence
-        return level / (self.tau * -math.expm1(-span / self.tau))
+    def update(self, total: float, now: float) -> None:
+        """``total``: new requests counted so far (cumulative); ``now``: seconds."""
+        second = math.floor(now)
+        if second <= self._second:
+            return
+        gap = min(second - self._second, len(self._counts))
+        self._counts.append(total - self._seen)
+        self._counts.extend([0.0] * (gap - 1))
+        self._second, self._seen = second, total
+        self.rate = sorted(self._counts)[len(self._counts) // 2]
 
 
 class Gate:
-    """Token pacer + pacing queue + spreading policy.
+    """Token pacer + retry schedule + pacing and tarpit bounds.
 
-    ``rate``: requests/s (or a :class:`Headroom`); ``burst``: tokens admitted at once
-    from idle; ``max_pacing_delay``: longest hold, seconds (0 disables pacing);
+    ``rate``: the capacity μ in requests/s, or a :class:`Headroom` that reports it (live).
+    ``burst``: tokens admitted at once from idle (default rate/10).
+    ``max_pacing_delay``: longest hold, seconds (0 disables pacing).
     ``max_waiters``: most requests held at once (default: two pacing windows at the initial rate,
-    at least 1000, since a schedule returns up to rate × lead clients at once); ``spread``: ``"schedule"``,
-    ``"jitter"`` or a :class:`SpreadPolicy`; ``max_retry_after``: cap, seconds;
-    ``tarpit``: how long to hold the 429 of a recognised client that came back early, seconds.
-    ``standing_queue``/``fresh_pacing_delay`` (seconds): once the pacing queue has not emptied for
-    ``standing_queue``, a request that holds no slot is paced at most ``fresh_pacing_delay`` and
-    otherwise gets a slot (Facebook's adaptive queue timeout, CoDel's standing queue). Pacing is for
-    bursts and for clients returning to their slot; under sustained overload a long hold for fresh
-    arrivals is only added latency, and a delay line the estimators would have to see through.
+    at least 1000, since a schedule brings back up to H × lead clients at once).
+    ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog).
+    ``max_retry_after``: the longest Retry-After the gate promises, seconds; places beyond it are told
+    a value spread over its upper half, counted in ``stats.overflow`` and logged.
+    ``tarpit``: how long to hold the 429 of a client that came back before the time it was told,
+    seconds (at most ``max_tarpitted`` at once). ``standing_queue``/``fresh_pacing_delay`` (seconds):
+    when new requests alone fill the capacity and the bucket's debt has not been repaid for
+    ``standing_queue`` (a standing queue, as CoDel calls it), a new request is paced at most
+    ``fresh_pacing_delay`` and otherwise given a place: under sustained overload a long hold is only
+    added latency. During a herd the debt is the schedule's doing, and new requests are paced in full.
+    ``new_window``: seconds over which λ_new is a median. ``growth``: how fast H may rise, per second,
+    in the forecast that times Retry-After (default: what the headroom reports; 0 for a static rate).
     """
 
     def __init__(
@@ -121,163 +168,294 @@ class Gate:
         *,
         max_pacing_delay: float = 1.5,
         max_waiters: int | None = None,
-        spread: str | SpreadPolicy = "schedule",
-        max_retry_after: float = 120.0,
+        spread: str = "schedule",
+        spread_window: float | None = None,
+        max_retry_after: float = 3600.0,
         max_keys: int = 100_000,
         refresh_interval: float = 0.1,
         tarpit: float = 1.0,
+        max_tarpitted: int = 1000,
         standing_queue: float = 2.0,
         fresh_pacing_delay: float = 0.1,
+        new_window: int = 5,
+        growth: float | None = None,
         now: float = 0.0,
     ) -> None:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float, Headroom)):
+            raise ConfigError("rate", "expected requests/s or a Headroom", rate)
         self.headroom: Headroom = StaticHeadroom(rate) if isinstance(rate, (int, float)) else rate
         initial = positive("rate", self.headroom.rate(now))
         burst = max(1.0, initial / 10) if burst is None else positive("burst", burst)
         self.max_pacing_delay = non_negative("max_pacing_delay", max_pacing_delay)
-        self.lead = min(1.0, self.max_pacing_delay)  # how early before its slot a client is told to return
-        if max_waiters is None:  # room for two pacing windows of returns at the initial rate
+        self.lead = min(1.0, self.max_pacing_delay)  # how early before its place a client is told to return
+        if max_waiters is None:
             max_waiters = max(1000, math.ceil(2 * initial * self.max_pacing_delay))
-        integer("max_waiters", max_waiters, 0)
-        self.max_waiters = max_waiters
+        self.max_waiters = integer("max_waiters", max_waiters, 0)
         self.max_retry_after = positive("max_retry_after", max_retry_after)
         if self.max_retry_after < 1:
             raise ConfigError("max_retry_after", "must be >= 1 second", max_retry_after)
+        self._cap = int(self.max_retry_after)
         self.refresh_interval = positive("refresh_interval", refresh_interval)
         self.tarpit = non_negative("tarpit", tarpit)
+        self.max_tarpitted = integer("max_tarpitted", max_tarpitted, 0)
         self.standing_queue = non_negative("standing_queue", standing_queue)
         self.fresh_pacing_delay = non_negative("fresh_pacing_delay", fresh_pacing_delay)
-        self._queue_since = now  # when the pacing queue last started from empty
+        if spread not in ("schedule", "jitter"):
+            raise ConfigError("spread", "expected 'schedule' or 'jitter'", spread)
+        self._growth = None if growth is None else non_negative("growth", growth)
         # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
         self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
-        if isinstance(spread, str):
-            spread = spread_from_name(spread, self.max_retry_after, max_keys)
-        elif not isinstance(spread, SpreadPolicy):
-            raise ConfigError("spread", "expected 'schedule', 'jitter' or a SpreadPolicy", spread)
-        self.spread: SpreadPolicy = spread
+        placement = PLACEMENTS[spread == "jitter"]
+        self.schedule = Schedule(initial, now, placement=placement, window=spread_window, max_keys=max_keys)
+        self._new = NewRate(new_window, now)
         self.stats = GateStats()
         self.pacing_histogram = [0] * (len(PACING_BOUNDS) + 1)  #: pacing holds per bound (then +Inf), not cumulative
         self.pacing_seconds = 0.0  #: total pacing hold, seconds
         #: probe aggregates the middleware records into, if the headroom source reads them (else None)
         self.probes: Probes | None = getattr(self.headroom, "probes", None)
         #: a shared budget (admitgate.shared.RedisBudget) that leases this replica's tokens, or None
-        self.backend: Any = None
-        self.waiters = 0
-        self._critical = _RateMeter()
-        self.next_refresh = now + self.refresh_interval
+        self.backend: object | None = None
+        self.waiters = 0  #: requests held by pacing now
+        self.tarpitted = 0  #: 429s held by the tarpit now
+        self._queue_since = now  # when the current queue of paced new requests began
+        self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
+        self._overflowing = False
+        self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
+        self.next_refresh = now
+        self.refresh(now)
 
-    # -- rate -----------------------------------------------------------------------------
+    # -- rates ----------------------------------------------------------------------------
     def refresh(self, now: float) -> None:
-        """Pull the current rate from the headroom source (cheap to call every request)."""
-        if now >= self.next_refresh:
-            self.next_refresh = now + self.refresh_interval
-            rate = self.headroom.rate(now)
-            if self.backend is not None:  # a shared budget sets the pacer; this replica's H is published
-                self.backend.local_rate = rate
-            elif rate != self.pacer.rate and rate > 0 and rate != float("inf"):
-                self.pacer.set_rate(rate, now)
+        """Pull μ from the headroom source, update λ_new, and move the schedule at H (call at any rate)."""
+        if now < self.next_refresh:
+            return
+        self.next_refresh = now + self.refresh_interval
+        rate = self.headroom.rate(now)
+        backend = self.backend
+        if backend is not None:  # a shared budget sets the pacer; this replica's μ is published
+            backend.local_rate = rate  # type: ignore[attr-defined]
+        elif rate != self.pacer.rate and 0 < rate < math.inf:
+            self.pacer.set_rate(rate, now)
+        self._new.update(self.new_requests, now)
+        shed = self.shed_rate(now)
+        self.schedule.set_rate(shed, now)
+        self._peak = max(shed, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
+        self._peak_at = now
 
-    def critical_rate(self, now: float) -> float:
-        """λ_new: measured rate of critical (never shed) traffic, requests/s."""
-        return self._critical.rate(now)
+    @property
+    def new_requests(self) -> int:
+        """Requests so far from clients holding no place (first attempts), critical ones included."""
+        s = self.stats
+        return self.pacer.taken + s.critical + s.contended - s.returning
+
+    def new_rate(self) -> float:
+        """λ_new: the measured rate of new requests, requests/s."""
+        return self._new.rate
+
+    def shed_rate(self, now: float) -> float:
+        """H: the rate returning clients are scheduled at, requests/s.
+
+        H = μ − λ_new − √λ_new, floored at a small share of μ. New requests arrive at random (about
+        Poisson): in a second they vary by about √λ_new. Scheduling returns at exactly μ − λ_new would
+        run the bucket at utilisation 1, where the wait of a new request drifts without bound; the
+        allowance keeps it short.
+        """
+        rate, new = self.capacity, self._new.rate
+        return max(rate - new - math.sqrt(new), rate * MIN_SHARE)
+
+    @property
+    def capacity(self) -> float:
+        """μ, requests/s: what the headroom source believes the service can take.
+
+        For a live source this is the estimator's belief, not the rate it sets the pacer to while it
+        drains a queue: the schedule is timed by what the service can take, not by a moment's dip.
+        """
+        return getattr(self.headroom, "capacity", None) or self.pacer.rate
+
+    @property
+    def growth(self) -> float:
+        """How fast H may rise per second in the forecast that times Retry-After (see the class docstring)."""
+        return self._growth if self._growth is not None else getattr(self.headroom, "growth", 0.0)
+
+    def _flooded(self) -> bool:
+        """New requests alone fill the capacity (H is at its floor): sustained overload, not a herd."""
+        new = self._new.rate
+        return new + math.sqrt(new) >= self.capacity * (1 - MIN_SHARE)
 
     def state(self, now: float) -> dict[str, float | str | None]:
-        """What the gate believes now: rate, λ_new and H (requests/s), plus the estimator's state."""
-        critical = self._critical.rate(now)
-        out: dict[str, float | str | None] = {"rate": self.pacer.rate, "critical_rate": critical}
-        out.update(headroom=self.shed_rate(now), waiters=float(self.waiters))
+        """What the gate believes now: μ, λ_new and H (requests/s), plus the estimator's state."""
+        new = self._new.rate
+        out: dict[str, float | str | None] = {"rate": self.pacer.rate, "lambda_new": new}
+        out.update(headroom=self.shed_rate(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
         reader = getattr(self.headroom, "state", None)
         if reader is not None:
             live = reader()
             out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
-                       lambda_new=critical + live.background, baseline_latency=live.baseline, latency=live.latency,
-                       completion_rate=live.completion_rate, inflight=float(live.inflight))  # fmt: skip
+                       baseline_latency=live.baseline, latency=live.latency, completion_rate=live.completion_rate,
+                       inflight=float(live.inflight))  # fmt: skip
         else:
-            out.update(lambda_new=critical, mu=self.pacer.rate)
+            out.update(mu=self.pacer.rate)
         return out
 
-    def shed_rate(self, now: float) -> float:
-        """The rate the sheddable cohort may come back at: H = μ − λ_new (floored)."""
-        rate = self.pacer.rate
-        return max(rate - self._critical.rate(now), rate * MIN_SHARE)
-
     # -- decisions ------------------------------------------------------------------------
-    def try_admit(self, cost: float, priority: Priority, now: float) -> bool:
-        """Fast path: True if admitted at once (tokens taken). Critical traffic always is."""
-        if priority.plain and now < self.next_refresh:  # the common case, kept short
-            return self.pacer.try_take(cost, now)
-        self.refresh(now)
+    def admit(self, cost: float, priority: Priority, now: float, identify: Identify) -> Decision:
+        """Decide one request of ``cost`` tokens in class ``priority`` at ``now``.
+
+        ``identify()`` returns the client's key (or None); it is called only when the answer matters:
+        when someone holds a place, or when this request is not admitted at once.
+        """
+        if now >= self.next_refresh:
+            self.refresh(now)
+        pacer, schedule, stats = self.pacer, self.schedule, self.stats
         if priority.critical:
-            self.pacer.charge(cost, now)
-            self._critical.add(cost, now)
-            self.stats.critical += 1
-            return True
-        pacer = self.pacer
-        return pacer.try_take(cost, now, priority.reserve * pacer.burst)
-
-    def admitted_key(self, key: Hashable | None, now: float) -> None:
-        """Tell the spreading policy that ``key`` got in (frees its slot, if any)."""
-        if key is not None:
-            self.spread.release(key, now)
-
-    def decide(self, cost: float, priority: Priority, key: Hashable | None, now: float) -> Decision:
-        """Slow path after :meth:`try_admit` failed: pace or reject."""
-        pacer = self.pacer
+            pacer.charge(cost, now)
+            stats.critical += 1
+            return ADMITTED
         keep = priority.reserve * pacer.burst
-        held = None
-        if key is not None:
-            held = self.spread.slot_of(key, now)
-            if held is not None and held - now > self.max_pacing_delay:
-                return self._reject(held, now, early=True)  # same slot, schedule untouched
+        if pacer.try_take(cost, now, keep):
+            if schedule.book:  # someone holds a place: if it is this client, it got in early
+                key = identify()
+                place = schedule.forget(key, now) if key is not None else None
+                if place is not None:
+                    stats.returning += 1
+                    schedule.release(place[0], place[1], now)
+            return ADMITTED
+        stats.contended += 1
+        key = identify()
+        place = schedule.place_of(key, now) if key is not None and schedule.book else None
+        if place is None:
+            return self._new_request(key, cost, keep, now)
+        stats.returning += 1
+        return self._returning(key, place, cost, keep, now, now)
+
+    def _new_request(self, key: Hashable | None, cost: float, keep: float, now: float) -> Decision:
+        """A first attempt that found no free token: a reserved token within the pacing window, or a place."""
+        pacer = self.pacer
+        if now >= self._clear_at:  # the bucket's debt has been repaid since the last one: a new queue
+            self._queue_since = now
         if self.waiters < self.max_waiters:
             longest = self.max_pacing_delay
-            if not self.waiters:
-                self._queue_since = now
-            elif held is None and now - self._queue_since > self.standing_queue:
-                longest = min(longest, self.fresh_pacing_delay)  # a standing queue: fresh arrivals get a slot
-            wait = pacer.reserve(cost, now, longest, keep)
-            if wait is not None:
-                self.admitted_key(key, now)
-                self.waiters += 1
-                self.stats.paced += 1
-                self.pacing_histogram[bisect_left(PACING_BOUNDS, wait)] += 1
-                self.pacing_seconds += wait
-                if self.probes is not None:
-                    self.probes.limited(wait)
-                return Decision(Verdict.PACE, delay=wait, rate=pacer.rate)
-        earliest = now + pacer.wait_time(cost, now, keep)
-        slot = self.spread.assign(key, now, self.shed_rate(now), earliest, cost)
-        return self._reject(slot, now)
+            if now - self._queue_since > self.standing_queue and self._flooded():
+                longest = min(longest, self.fresh_pacing_delay)  # a standing queue: new requests get a place
+            token = pacer.reserve(cost, now, longest, keep)
+            if token is not None:
+                self._clear_at = now + max(0.0, -pacer.tokens(now)) / pacer.rate
+                return self._pace(pacer.due_in(token, now), key, cost, keep, None, token, now)
+        # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
+        # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
+        start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
+        position = self.schedule.take(cost, now, start)
+        return self._reject(key, (position, cost, now), now, early=False)
 
-    def _reject(self, slot: float, now: float, early: bool = False) -> Decision:
-        retry_after = min(max(1, math.ceil(slot - now - self.lead - 1e-9)), int(self.max_retry_after))
-        stats = self.stats
+    def _returning(self, key: Hashable, place: Place, cost: float, keep: float, now: float, since: float) -> Decision:
+        """A client holding ``place``: in at its turn, held until it if near, else told again (it keeps it)."""
+        due = self.schedule.due_in(place[0], now)
+        if due <= DUE_SLACK:
+            return self._turn(key, place, cost, keep, now)
+        if due + (now - since) <= self.max_pacing_delay and self.waiters < self.max_waiters:
+            return self._pace(due, key, cost, keep, place, None, since)
+        return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
+
+    def _turn(self, key: Hashable, place: Place, cost: float, keep: float, now: float) -> Decision:
+        """``key``'s place is due: its token now, or paced for it, or (μ was cut) back at the head of the queue.
+
+        The schedule only says when a client may come; the bucket still says how much goes in, so every
+        admission stays within ``rate·t + burst`` whatever the schedule promised.
+        """
+        pacer, schedule = self.pacer, self.schedule
+        longest = self.max_pacing_delay if self.waiters < self.max_waiters else 0.0
+        token = pacer.reserve(cost, now, longest, keep)  # (not try_take: this request is counted already)
+        if token is None:
+            return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
+        schedule.forget(key, now)
+        self.stats.scheduled += 1
+        wait = pacer.due_in(token, now)
+        return self._pace(wait, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
+
+    def _pace(self, wait: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
+              token: float | None, since: float) -> Decision:  # fmt: skip
+        self.waiters += 1
+        self.stats.paced += 1
+        self.pacing_histogram[bisect_left(PACING_BOUNDS, wait)] += 1
+        self.pacing_seconds += wait
+        if self.probes is not None:
+            self.probes.limited(wait)
+        return Decision(Verdict.PACE, wait, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
+                        since)  # fmt: skip
+
+    def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
+        """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
+        schedule, stats = self.schedule, self.stats
+        due = schedule.due_in(place[0], now)
+        seconds = forecast(due, self.growth)
+        if schedule.rate < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
+            seconds = min(seconds, due * schedule.rate / self._peak)
+        retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
+        if retry_after > self._cap:
+            retry_after = self._overflow(retry_after)
+        elif self._overflowing:
+            self._overflowing = False
+        hold = 0.0
+        if early:
+            stats.early += 1
+            if self.tarpit and retry_after > 1 and self.tarpitted < self.max_tarpitted:
+                hold = min(self.tarpit, retry_after - 1)  # what is held comes off the wait it is told
+                retry_after = math.ceil(retry_after - hold)
+                self.tarpitted += 1
+        if key is not None:
+            schedule.hold(key, (place[0], place[1], now + hold + retry_after), now)
         stats.rejected += 1
         if self.probes is not None:
             self.probes.limited()
-        if early:
-            stats.early += 1
-        return Decision(Verdict.REJECT, retry_after=retry_after, slot=slot, rate=self.pacer.rate, early=early)
+        return Decision(Verdict.REJECT, hold, retry_after, schedule.rate, key)
 
-    def hold(self, decision: Decision) -> tuple[float, int]:
-        """(seconds to hold the rejection, Retry-After to send after holding).
+    def _overflow(self, retry_after: int) -> int:
+        """A place beyond the cap: spread over the cap's upper half (the client comes back, keeps its place)."""
+        self.stats.overflow += 1
+        if not self._overflowing:
+            self._overflowing = True
+            log.warning("admitgate: the retry schedule reaches past max_retry_after (%d s): clients beyond it are "
+                        "told values spread over its upper half and will ask again", self._cap)  # fmt: skip
+        half = max(1, self._cap // 2)
+        return self._cap - (retry_after - self._cap - 1) % half
 
-        Only a recognised early returner is held (the tarpit), and never so long that its Retry-After
-        would drop below 1: what is held comes off the wait it is told, so it still returns on time.
+    def end_hold(self, decision: Decision, now: float, gone: bool = False) -> Decision | None:
+        """A hold is over at ``now``: what next. ``gone``: the client went away while held.
+
+        After the tarpit, the same rejection (send it). After pacing: ADMITTED once the request's
+        token exists or its place in the schedule is due. If the rate or H fell while it was held, it
+        reserves again (or waits on for its place) while its total hold stays within
+        ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
+        place kept. None if the client went away (a token of the current epoch is refunded).
         """
-        if not decision.early or not self.tarpit or decision.retry_after <= 1:
-            return 0.0, decision.retry_after
-        held = min(self.tarpit, decision.retry_after - 1)
-        return held, math.ceil(decision.retry_after - held)
-
-    def release_waiter(self) -> None:
-        """A paced request's hold is over: it goes on to the app."""
+        if decision.verdict is Verdict.REJECT:
+            self.tarpitted -= 1
+            return dataclasses.replace(decision, delay=0.0)
         self.waiters -= 1
-
-    def abandon(self, cost: float, now: float) -> None:
-        """A paced request was given up (client gone): free its place and refund its token."""
-        self.waiters -= 1
-        self.pacer.refund(cost, now)
-        self.stats.abandoned += 1
+        token, pacer = decision.token, self.pacer
+        current = decision.epoch == pacer.epoch
+        if gone:
+            self.stats.abandoned += 1
+            if token is not None and current:
+                pacer.refund(decision.cost, now)
+            return None
+        if token is None:  # a returning client held for its place
+            assert decision.key is not None and decision.place is not None
+            return self._returning(decision.key, decision.place, decision.cost, decision.keep, now, decision.since)
+        if current:
+            due = pacer.due_in(token, now)
+        else:  # the rate was cut while it was held: reserve again, behind those reserved before it
+            left = max(0.0, self.max_pacing_delay - (now - decision.since))
+            token = pacer.reserve(decision.cost, now, left, decision.keep)
+            if token is None:  # too long a wait now: wait at the head of the schedule instead
+                return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
+            due = pacer.due_in(token, now)
+        if due <= DUE_SLACK:
+            return ADMITTED
+        if due + (now - decision.since) <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
+            self.waiters += 1
+            return dataclasses.replace(decision, delay=due, token=token, epoch=pacer.epoch)
+        return ADMITTED  # (a rise of the rate can only have brought its token forward)
 
     def __repr__(self) -> str:
-        return f"Gate({self.pacer!r}, waiters={self.waiters}, horizon={self.spread.horizon(self.pacer._updated):.2f}s)"
+        return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"

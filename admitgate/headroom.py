@@ -30,6 +30,8 @@ from .probes import Probes
 
 log = logging.getLogger("admitgate")
 
+#: How fast H may rise per second in the retry schedule's forecast when the estimator names no pace.
+DEFAULT_GROWTH = 0.25
 #: An external probe: called with the gate's time (seconds), returns requests/s or None (no opinion).
 ExternalProbe = Callable[[float], "float | None"]
 
@@ -83,7 +85,9 @@ class LiveHeadroom:
     ``capacity_probes``: callables ``now -> requests/s | None`` that cap μ (``probe_mode="cap"``) or
     replace it (``"replace"``). ``background``: a rate or a callable for traffic the gate does not
     see that uses the same capacity; it is subtracted from μ unless μ is measured from this gate's
-    own traffic (which already excludes it).
+    own traffic (which already excludes it). ``growth``: how fast the rate may rise, per second, in the
+    forecast that times the retry schedule (default: the estimator's probing pace, ``probe_gain``, or
+    0.25 where μ may move without one; 0 for a static estimator without capacity probes).
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class LiveHeadroom:
         probe_mode: str = "cap",
         background: float | ExternalProbe = 0.0,
         probes: Probes | None = None,
+        growth: float | None = None,
         now: float = 0.0,
     ) -> None:
         if not isinstance(estimator, Estimator):
@@ -124,6 +129,11 @@ class LiveHeadroom:
         if not callable(background):
             non_negative("headroom.background", background)
         self.background = background
+        moves = estimator.measured or bool(self.capacity_probes)
+        self._growth = DEFAULT_GROWTH if moves else 0.0
+        if growth is not None:
+            self._growth = non_negative("headroom.growth", growth)
+        self._own_growth = growth is None and hasattr(estimator, "growth")
         self.probes = probes or Probes(now=now)
         self._rate = self.initial
         self._warm = False
@@ -132,6 +142,7 @@ class LiveHeadroom:
         self._window: Window | None = None
         self._state = "warming"
         self._background = 0.0
+        self._capacity = self._rate
         self._failed: set[int] = set()
 
     def rate(self, now: float) -> float:
@@ -150,15 +161,23 @@ class LiveHeadroom:
             self._state = estimator.state
             target = estimator.estimate(window) if window is not None else (estimator.mu or self._rate)
         elif window is None:
-            self._state = "warming" if not self._warm else "low-traffic"
             target = self._rate
             if not self._warm:  # cold start: stay permissive, follow the demand
+                self._state = "warming"
                 target = max(target, 2 * sum(b.admitted for b in ring) / (len(ring) * probes.width))
+            elif any(b.shed for b in ring):  # requests wait, but too few get in to judge by: probe upwards
+                self._state = "starved"
+                target = self._rate * (1 + self.growth) ** dt
+            else:
+                self._state = "low-traffic"
         else:
             self._warm = True
             target = estimator.estimate(window)
             self._state = estimator.state
-        return self._push(self._external(target, now))
+        adjust = self._external(now)
+        belief = estimator.mu if estimator.measured and estimator.mu is not None else target
+        self._capacity = min(max(adjust(belief), self.floor), self.ceiling)
+        return self._push(adjust(target))
 
     def _summarise(self, now: float, dt: float) -> Window | None:
         ring = self.probes.ring
@@ -176,7 +195,8 @@ class LiveHeadroom:
                 break
         if completed < self.min_samples:
             return None
-        newest = list(ring)[-3:]
+        newest5 = list(ring)[-5:]
+        newest = newest5[-3:]
         busy = sum(b.busy for b in newest[-2:]) / len(newest[-2:])
         admit_rate = sum(b.admitted for b in newest[-2:]) / (len(newest[-2:]) * width)
         n = lat = 0.0
@@ -186,18 +206,24 @@ class LiveHeadroom:
             if n >= 10:
                 break
         recent = lat / n if n else latency / completed
+        delivered = sum(b.completed for b in newest5) / (len(newest5) * width)
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
-                      recent, admit_rate, shed > 0, self._rate)  # fmt: skip
+                      recent, admit_rate, shed > 0, self._rate, delivered)  # fmt: skip
 
-    def _external(self, mu: float, now: float) -> float:
+    def _external(self, now: float) -> Callable[[float], float]:
+        """Ask the external probes once; return what they do to a capacity (cap or replace it, less background)."""
         caps = [c for c in (self._call(p, now) for p in self.capacity_probes) if c is not None]
-        if caps:
-            mu = min(caps) if self.probe_mode == "replace" else min(mu, *caps)
         background = self.background
         self._background = (self._call(background, now) or 0.0) if callable(background) else background
-        if self._background and not (self.estimator.measured and not (caps and self.probe_mode == "replace")):
-            mu -= self._background
-        return mu
+        less = self._background if not (self.estimator.measured and not (caps and self.probe_mode == "replace")) else 0.0
+        cap = min(caps) if caps else math.inf
+
+        def adjust(mu: float) -> float:
+            if caps:
+                mu = cap if self.probe_mode == "replace" else min(mu, cap)
+            return mu - less
+
+        return adjust
 
     def _call(self, probe: ExternalProbe, now: float) -> float | None:
         """Run a user probe; a failing or nonsensical one is ignored (logged once), never raised."""
@@ -222,6 +248,22 @@ class LiveHeadroom:
         target = min(max(target, old / step), old * step)
         self._rate = min(max(target, self.floor), self.ceiling)
         return self._rate
+
+    @property
+    def capacity(self) -> float:
+        """What the gate can admit for as long as a schedule runs, requests/s: the larger of the rate
+        and the capacity the estimator believes in (within floor and ceiling).
+
+        The rate dips below μ while the estimator drains a queue or re-measures its baseline, and a
+        schedule timed by that dip would tell clients to come back too late. While it probes, the rate
+        is above μ, and the schedule follows the probe.
+        """
+        return max(self._capacity, self._rate)
+
+    @property
+    def growth(self) -> float:
+        """How fast the rate may rise, per second: the estimator's pace now, unless one was configured."""
+        return self.estimator.growth if self._own_growth else self._growth  # type: ignore[attr-defined]
 
     def state(self) -> HeadroomState:
         w, e = self._window, self.estimator

@@ -213,6 +213,10 @@ def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
     ok_latency = [a.done - a.sent for a in herd if 200 <= a.status < 300]
     bg_ok = [a for a in bg if 200 <= a.status < 300]
     bound = result.clients / headroom
+    # New arrivals during the herd: served on their one try? (the herd's window: release to drain)
+    during = [a for a in bg if a.sent <= drain]
+    # Crowds: how many rejected herd clients were told to come back within the same whole second.
+    promised = Counter(int(a.done + a.retry_after) for a in herd if a.retry_after is not None)
     return {
         "clients": result.clients,
         "finished": len(result.finished),
@@ -230,6 +234,8 @@ def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
         "herd_latency_p50_s": round(_percentile(ok_latency, 0.5), 3) if ok_latency else None,
         "herd_latency_p99_s": round(_percentile(ok_latency, 0.99), 3) if ok_latency else None,
         "background_success": round(len(bg_ok) / len(bg), 3) if bg else None,
+        "new_served": round(sum(200 <= a.status < 300 for a in during) / len(during), 3) if during else None,
+        "promised_peak_per_s": max(promised.values(), default=0),
         "background_p50_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.5), 3) if bg_ok else None,
         "background_p99_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.99), 3) if bg_ok else None,
     }

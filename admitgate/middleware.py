@@ -22,14 +22,14 @@ import anyio
 
 from .clock import Clock
 from .errors import ConfigError, integer
-from .gate import Gate, Verdict
+from .gate import Decision, Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, header_value, key_from_config
 from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
 from .routing import Priority, Router, Rule
 from .shared import RedisBudget, backend_from_url
-from .spread import SLOT_GRACE, SpreadPolicy
+from .schedule import SLOT_GRACE
 from .ticket import RetryTicket, cookie_ticket
 
 Scope = MutableMapping[str, Any]
@@ -62,12 +62,12 @@ class AdmitGate:
         self,
         app: ASGIApp,
         *,
-        rate: float | Headroom = 100.0,
+        rate: float | Headroom | None = None,
         burst: float | None = None,
         max_pacing_delay: float = 1.5,
         max_waiters: int | None = None,
-        spread: str | SpreadPolicy = "schedule",
-        max_retry_after: float = 120.0,
+        spread: str = "schedule",
+        max_retry_after: float = 3600.0,
         routes: Mapping[str, Mapping[str, object] | Rule] | None = None,
         exempt: Iterable[str] = ("/health", "/healthz", "/metrics"),
         classes: Mapping[str, Priority] | None = None,
@@ -91,6 +91,10 @@ class AdmitGate:
         self.app = app
         self.clock = clock
         self.wall_clock = wall_clock
+        if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
+            from .config import headroom_from_config
+
+            rate = headroom_from_config({}, now=clock())
         self.gate = gate or Gate(
             rate,
             burst,
@@ -100,6 +104,7 @@ class AdmitGate:
             max_retry_after=max_retry_after,
             max_keys=max_keys,
             tarpit=tarpit,
+            max_tarpitted=max_tarpitted,
             standing_queue=standing_queue,
             fresh_pacing_delay=fresh_pacing_delay,
             now=clock(),
@@ -114,14 +119,11 @@ class AdmitGate:
         self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
-        integer("max_tarpitted", max_tarpitted, 0)
-        self.max_tarpitted = max_tarpitted
-        self.tarpitted = 0  #: 429s being held right now
         # Bound once so the admit path does no attribute chasing.
         self._exact_rule = self.router.static_rules.get
         self._miss = self.router.miss
         self._take = self.gate.pacer.try_take
-        self._book = self.gate.spread.book
+        self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
         self._probes = self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
@@ -155,39 +157,31 @@ class AdmitGate:
         rule = self._exact_rule(scope["path"], self._miss) or self.router.resolve(scope["path"])
         gate = self.gate
         now = self.clock()
-        if rule.fast and now < gate.next_refresh:  # Gate.try_admit's common case, inlined
-            admitted = self._take(rule.cost, now)
+        if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
+            outcome = 0  # Gate.admit's first branch, inlined: nobody holds a place and a token is free
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
         else:
-            admitted = gate.try_admit(rule.cost, rule.priority, now)
             if self._sync is not None:
                 self._sync.start()
             if self.backend is not None:
                 self.backend.start()
-        if admitted:
-            if self._tally_on:
-                self._count(rule, 0)
-            if self._book:  # someone holds a slot: if it is this client, free it
-                gate.admitted_key(self.identify(scope, now), now)
-        else:
-            ident = self.identify(scope, now)
-            decision = gate.decide(rule.cost, rule.priority, ident, now)
-            if self._tally_on:
-                self._count(rule, 1 if decision.verdict is Verdict.PACE else 2)
-            if decision.verdict is not Verdict.PACE:
-                held, retry_after = gate.hold(decision)
-                if held and self.tarpitted < self.max_tarpitted:
-                    await self._tarpit(held)
-                else:
-                    retry_after = decision.retry_after
-                await self._reject(send, retry_after, decision.rate, ident, now)
+            decision: Decision | None = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
+            outcome = 0
+            if decision.delay:
+                outcome = 1 if decision.verdict is Verdict.PACE else 2
+                decision, receive = await self._wait(decision, receive)
+                if decision is None:  # the client went away while held
+                    return
+                now = self.clock()
+            if decision.verdict is Verdict.REJECT:
+                if self._tally_on:
+                    self._count(rule, 2)
+                await self._reject(send, decision.retry_after, decision.rate, decision.key, now)
                 return
-            replay = await self._hold(receive, decision.delay, rule.cost)
-            if replay is None:  # the client went away while held
-                return
-            receive, now = replay, self.clock()
+        if self._tally_on:
+            self._count(rule, outcome)
         if self._on_admit:
             send = self._with_limit_fields(send)
         probes = self._probes
@@ -243,13 +237,6 @@ class AdmitGate:
             counts = self.tally[key] = [0, 0, 0]
         counts[index] += 1
 
-    async def _tarpit(self, seconds: float) -> None:
-        self.tarpitted += 1
-        try:
-            await anyio.sleep(seconds)
-        finally:
-            self.tarpitted -= 1
-
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:
         """The booking key: a valid retry ticket's id, else a digest of ``key_func(scope)``."""
@@ -269,33 +256,49 @@ class AdmitGate:
             return None
         return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
 
-    # -- pacing ---------------------------------------------------------------------------
-    async def _hold(self, receive: Receive, delay: float, cost: float) -> Receive | None:
-        """Hold for ``delay`` s, watching for a disconnect; None if the client left."""
-        buffered: list[Message] = []
-        gone = False
-        try:
-            with anyio.move_on_after(delay):
-                while True:
-                    message = await receive()
-                    buffered.append(message)
-                    if message["type"] == "http.disconnect":
-                        gone = True
-                        break
-        except BaseException:
-            self.gate.abandon(cost, self.clock())
-            raise
-        if gone:
-            self.gate.abandon(cost, self.clock())
-            return None
-        self.gate.release_waiter()
-        if not buffered:
-            return receive
+    # -- holds ----------------------------------------------------------------------------
+    async def _wait(self, decision: Decision, receive: Receive) -> tuple[Decision | None, Receive]:
+        """Serve the gate's holds until it says admit or reject; None if the client went away.
+
+        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body:
+        at most its first message is read, to notice a client that gives up, and the rest stays with
+        the server, whose flow control pushes back on the client. The app gets that message replayed.
+        """
+        gate, clock = self.gate, self.clock
+        first: Message | None = None
+        current: Decision | None = decision
+        while current is not None and current.delay:
+            if current.verdict is Verdict.REJECT:
+                await anyio.sleep(current.delay)
+                current = gate.end_hold(current, clock())
+                continue
+            gone = False
+            try:
+                with anyio.move_on_after(current.delay):
+                    if first is None:
+                        first = await receive()
+                    if first["type"] == "http.disconnect" or not first.get("more_body", False):
+                        # the body is all in (or the client left): only a disconnect can come now
+                        gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
+                    else:
+                        await anyio.sleep_forever()  # read no further while held: backpressure
+            except BaseException:
+                gate.end_hold(current, clock(), gone=True)
+                raise
+            current = gate.end_hold(current, clock(), gone)
+        if first is None:
+            return current, receive
+        replayed = False
 
         async def replay() -> Message:
-            return buffered.pop(0) if buffered else await receive()
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            assert first is not None
+            return first
 
-        return replay
+        return current, replay
 
     # -- responses ------------------------------------------------------------------------
     async def _reject(self, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float) -> None:
@@ -326,19 +329,20 @@ class AdmitGate:
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         rule = self.router.resolve(scope["path"])
-        gate = self.gate
-        now = self.clock()
-        if rule.exempt or gate.try_admit(rule.cost, rule.priority, now):
+        if rule.exempt:
             await self.app(scope, receive, send)
             return
-        decision = gate.decide(rule.cost, rule.priority, self.identify(scope, now), now)
-        if decision.verdict is Verdict.PACE:
+        gate = self.gate
+        now = self.clock()
+        decision: Decision | None = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
+        while decision is not None and decision.delay:  # a handshake has no body to watch: just wait
             try:
                 await anyio.sleep(decision.delay)
             except BaseException:
-                gate.abandon(rule.cost, self.clock())
+                gate.end_hold(decision, self.clock(), gone=True)
                 raise
-            gate.release_waiter()
+            decision = gate.end_hold(decision, self.clock())
+        if decision is None or decision.verdict is not Verdict.REJECT:
             await self.app(scope, receive, send)
             return
         message = await receive()  # websocket.connect

@@ -7,11 +7,14 @@ little later, and a critical request is charged even when the bucket is empty
 an injected clock) and does O(1) work; nothing reads time or does I/O here.
 
 Rate changes are exact: tokens accrued at the old rate up to ``now`` are kept,
-and the new rate applies from ``now`` on. A *debt* (negative tokens: reservations
-already promised) is a schedule in time, not a count: it keeps its length in seconds
-across a rate change, and so does the debt floor. Otherwise a rate cut would turn the
-requests already promised at the old rate into a gap of several seconds with no
-admissions at all, and a rate rise would let fresh arrivals jump the paced queue.
+and the new rate applies from ``now`` on. A reservation is a place on the *refill axis*
+(the tokens the bucket has been refilled with since it started): its token exists once
+the refill reaches that place, so when the rate rises, outstanding reservations come due
+sooner, in order. A rate *cut* starts a new epoch: the debt of the reservations made at
+the old rate is forgiven, and each of them, when its hold ends, reserves again at the new
+rate (:meth:`valid` tells which). They end in the order they were made, so they keep
+their order; those that would now wait too long are turned away instead of being let in
+on a timetable the service can no longer keep. The debt floor keeps its length in seconds.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class TokenPacer:
     admitted in any interval of length t is at most ``rate*t + burst``.
     """
 
-    __slots__ = ("_burst", "_floor", "_rate", "_tokens", "_updated", "taken")
+    __slots__ = ("_axis", "_axis_at", "_burst", "_floor", "_rate", "_tokens", "_updated", "epoch", "taken")
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -40,6 +43,8 @@ class TokenPacer:
         self._floor = -debt
         self._tokens = self._burst
         self._updated = now
+        self._axis, self._axis_at = 0.0, now  # the refill axis: tokens refilled by _axis_at
+        self.epoch = 0  #: rate cuts so far: reservations of an earlier epoch must reserve again
         self.taken = 0  #: successful try_take calls (admissions at once)
 
     @property
@@ -63,10 +68,11 @@ class TokenPacer:
         if not rate > 0 or rate == float("inf"):
             raise ConfigError("rate", "must be a finite number > 0", rate)
         tokens = self._refill(now)
-        scale = float(rate) / self._rate
-        if tokens < 0:
-            self._tokens = tokens * scale
-        self._floor *= scale
+        self._axis, self._axis_at = self.refilled(now), now
+        if rate < self._rate:
+            self.epoch += 1
+            self._tokens = max(tokens, 0.0)
+        self._floor *= float(rate) / self._rate
         self._rate = float(rate)
 
     def set_burst(self, burst: float, now: float) -> None:
@@ -101,11 +107,12 @@ class TokenPacer:
         return missing / self._rate if missing > 0 else 0.0
 
     def reserve(self, cost: float, now: float, max_wait: float, keep: float = 0.0) -> float | None:
-        """Reserve ``cost`` tokens that will exist within ``max_wait`` seconds.
+        """Reserve ``cost`` tokens that will exist within ``max_wait`` seconds at the current rate.
 
-        Returns the wait in seconds (0.0 when the tokens are there now) and charges
-        the bucket at once, so later callers queue behind this one; returns None and
-        charges nothing if the wait would exceed ``max_wait`` or the debt floor.
+        Charges the bucket at once, so later callers queue behind this one, and returns the
+        reservation's place on the refill axis: :meth:`due_in` tells how long until its tokens
+        exist (0.0 or less: now). Returns None and charges nothing if the wait would exceed
+        ``max_wait`` or the debt floor.
         """
         tokens = self._refill(now)
         missing = cost + keep - tokens
@@ -113,14 +120,22 @@ class TokenPacer:
         if wait > max_wait or tokens - cost < self._floor:
             return None
         self._tokens = tokens - cost
-        return wait
+        return self.refilled(now) + max(0.0, missing)
+
+    def refilled(self, now: float) -> float:
+        """Tokens the bucket has been refilled with by ``now`` (uncapped): the axis reservations stand on."""
+        return self._axis + self._rate * (now - self._axis_at)
+
+    def due_in(self, place: float, now: float) -> float:
+        """Seconds until the tokens of the reservation at ``place`` exist, at the current rate (<= 0: now)."""
+        return (place - self.refilled(now)) / self._rate
 
     def charge(self, cost: float, now: float) -> None:
         """Take ``cost`` unconditionally (critical traffic), never below the debt floor."""
         self._tokens = max(self._floor, self._refill(now) - cost)
 
     def refund(self, cost: float, now: float) -> None:
-        """Give back ``cost`` tokens of a reservation that was not used."""
+        """Give back ``cost`` tokens of a reservation of this epoch that was not used."""
         self._tokens = min(self._burst, self._refill(now) + cost)
 
     def __repr__(self) -> str:

@@ -248,7 +248,7 @@ def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float
     12.5
     """
     _positive("backlog", backlog)
-    points = sorted(headroom)
+    points = sorted(headroom, key=lambda point: point[0])  # stable: a step keeps its order at equal times
     if not points or points[0][0] != 0:
         raise ConfigError("ramp", "needs a point at t = 0", points)
     for t, rate in points:

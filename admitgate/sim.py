@@ -4,7 +4,9 @@ The simulator drives the very objects the middleware uses — :class:`~admitgate
 pacer, pacing queue, spreading policy, tarpit) and :func:`~admitgate.backoff.backoff_delay` — and
 models only what is outside them: a capacity-limited upstream (``workers`` slots, a service-time
 distribution, a worker-count schedule, a queue timeout answered with 503), a herd of ``clients``
-released together, Poisson background traffic of the critical class, and client policies:
+released together, new arrivals (Poisson, ordinary clients on the herd's own route that make one
+attempt each, as steady traffic does; ``background_class = "critical"`` makes them a critical class
+instead), and client policies:
 
 * ``obey``: sleep exactly Retry-After (as urllib3 does); without one, full-jitter backoff;
 * ``obey-jitter``: Retry-After plus U(0, 1) s of its own;
@@ -29,13 +31,15 @@ from typing import Any
 
 from .backoff import backoff_delay
 from .errors import ConfigError
-from .gate import Gate, Verdict
+from .estimators import Static
+from .gate import Decision, Gate, Verdict
+from .headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
 from .planner import drain_time
 from .routing import DEFAULT_CLASSES
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
-_ARRIVE, _PACED, _DONE, _TIMEOUT, _RESPOND = range(5)
+_ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND = range(5)
 
 
 @dataclass
@@ -53,13 +57,15 @@ class Scenario:
     capacity: list[tuple[float, ...]] = field(default_factory=list)  # (time, workers[, service_time]) steps
     demand: list[tuple[float, float]] = field(default_factory=list)  # (time, rate) open-loop arrivals, no retries
     estimator: dict[str, Any] | None = None  # a [headroom] table: the gate's rate is estimated live
-    background_rate: float = 20.0
+    capacity_known: bool = False  # a static gate is told the capacity as it changes (an external capacity probe)
+    background_rate: float = 20.0  # new arrivals λ₀, requests/s, one attempt each
+    background_class: str = "default"
     policy: str = "obey"
     ignore_fraction: float = 0.0
     ignore_interval: float = 0.1
     recognisable: bool = True
     gate: bool = True
-    rate_fraction: float = 0.975  # the gate's static rate, as a fraction of the initial capacity
+    rate_fraction: float = 1.0  # the gate's static rate μ, as a fraction of the initial capacity
     burst: float | None = None  # default: workers
     spread: str = "schedule"
     max_pacing_delay: float = 1.5
@@ -79,6 +85,8 @@ class Scenario:
             raise ConfigError("policy", f"unknown; known: {', '.join(POLICIES)}", self.policy)
         if self.service_dist not in ("fixed", "exponential", "lognormal"):
             raise ConfigError("service_dist", "must be fixed, exponential or lognormal", self.service_dist)
+        if self.background_class not in DEFAULT_CLASSES:
+            raise ConfigError("background_class", f"unknown; known: {', '.join(DEFAULT_CLASSES)}", self.background_class)
         if not 0 <= self.ignore_fraction <= 1:
             raise ConfigError("ignore_fraction", "must be in [0, 1]", self.ignore_fraction)
         for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):
@@ -137,8 +145,12 @@ class Simulation:
             if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
                 table[name] = {"seed": s.seed, **table.get(name, {})}
             rate = headroom_from_config(table)
+        elif s.capacity_known:  # the operator's capacity, as it changes: a replacing external probe
+            rate = LiveHeadroom(Static(rate), capacity_probes=[self._true_capacity], probe_mode="replace",
+                                max_step=1e6, min_samples=1)  # fmt: skip
         self.gate = Gate(rate, s.burst if s.burst is not None else float(s.workers), spread=s.spread,
                          max_pacing_delay=s.max_pacing_delay, tarpit=s.tarpit, now=0.0) if s.gate else None  # fmt: skip
+        self.background = DEFAULT_CLASSES[s.background_class]
         self.result = HerdResult(s.clients)
         self.ignorers = set(self.rng.sample(range(s.clients), round(s.clients * s.ignore_fraction)))
         self.attempt_no = [0] * s.clients
@@ -171,7 +183,7 @@ class Simulation:
             self.at(step[0], _TIMEOUT, ("capacity", *step[1:]))
         if self.demand_max > 0:
             self.at(self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
-        handlers = (self._arrive, self._paced, self._done, self._timeout, self._respond)
+        handlers = (self._arrive, self._hold_end, self._done, self._timeout, self._respond)
         wall, last_report = time.monotonic(), 0
         events = self.events
         cpu = s.edge_cpu
@@ -247,6 +259,9 @@ class Simulation:
         return out
 
     # -- the edge: the gate ---------------------------------------------------------------------
+    def _true_capacity(self, now: float) -> float:
+        return self.up.workers / self.up.service_time * self.s.rate_fraction
+
     def _arrive(self, t: float, data: list[Any]) -> None:
         client, sent = data
         s, gate = self.s, self.gate
@@ -256,29 +271,35 @@ class Simulation:
             return
         if client >= 0:
             self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
-        else:  # background: schedule the next one, charge it as critical
+            klass, key = DEFAULT_CLASSES["default"], (client if s.recognisable else None)
+        else:  # a new arrival: schedule the next one; it makes this one attempt
             self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [-1, t])
-            if gate is not None:
-                gate.try_admit(1.0, DEFAULT_CLASSES["critical"], t)
-            self._to_upstream(t, [client, t])
-            return
+            klass, key = self.background, None
         if gate is None:
             self._to_upstream(t, [client, sent])
             return
-        key = client if s.recognisable else None  # the connection or ticket the gate would see
-        if gate.try_admit(1.0, DEFAULT_CLASSES["default"], t):
-            if gate.spread.book:
-                gate.admitted_key(key, t)
-            self._to_upstream(t, [client, sent])
-            return
-        d = gate.decide(1.0, DEFAULT_CLASSES["default"], key, t)
-        if d.verdict is Verdict.PACE:
-            self.at(t + d.delay, _PACED, [client, sent])
-            return
-        held, retry_after = gate.hold(d)
-        if s.edge_cpu and s.reject_cpu is not None:  # a 429 costs its own measured CPU, not the mean
-            self.cpu_free += s.reject_cpu - s.edge_cpu
-        self.at(t + held + s.network_delay, _RESPOND, (client, sent, 429, retry_after))
+        self._follow(t, gate.admit(1.0, klass, t, lambda: key), [client, sent])
+
+    def _follow(self, t: float, d: Decision, request: list[Any]) -> None:
+        """Carry out the gate's decision for ``request`` at ``t``: hold, forward, or answer 429."""
+        if d.delay:
+            self.at(t + d.delay, _HOLD_END, (d, request))
+        elif d.verdict is not Verdict.REJECT:
+            self._to_upstream(t, request)
+        elif request[0] == -2:
+            self.outcomes.append((t, None, 429))
+        else:
+            s = self.s
+            if s.edge_cpu and s.reject_cpu is not None:  # a 429 costs its own measured CPU, not the mean
+                self.cpu_free += s.reject_cpu - s.edge_cpu
+            self.at(t + s.network_delay, _RESPOND, (request[0], request[1], 429, d.retry_after))
+
+    def _hold_end(self, t: float, data: tuple[Decision, list[Any]]) -> None:
+        assert self.gate is not None
+        decision, request = data
+        after = self.gate.end_hold(decision, t)
+        assert after is not None  # simulated clients never leave while held
+        self._follow(t, after, request)
 
     def _demand(self, t: float) -> float:
         rate = 0.0
@@ -292,21 +313,11 @@ class Simulation:
         self.at(t + self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
         if self.rng.random() * self.demand_max >= self._demand(t):
             return
-        gate = self.gate
         request = [-2, t]
-        if gate is None or gate.try_admit(1.0, DEFAULT_CLASSES["default"], t):
+        if self.gate is None:
             self._to_upstream(t, request)
-            return
-        d = gate.decide(1.0, DEFAULT_CLASSES["default"], None, t)
-        if d.verdict is Verdict.PACE:
-            self.at(t + d.delay, _PACED, request)
         else:
-            self.outcomes.append((t, None, 429))
-
-    def _paced(self, t: float, data: list[Any]) -> None:
-        assert self.gate is not None
-        self.gate.release_waiter()
-        self._to_upstream(t, data)
+            self._follow(t, self.gate.admit(1.0, DEFAULT_CLASSES["default"], t, lambda: None), request)
 
     # -- the upstream ---------------------------------------------------------------------------
     def _to_upstream(self, t: float, request: list[Any]) -> None:
