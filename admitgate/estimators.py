@@ -47,7 +47,7 @@ class Window:
     samples: int  # completions in the window (at least the configured minimum, else no estimate is asked)
     completion_rate: float  # completions per second: what the service delivered
     latency: float  # mean latency of those completions
-    drops: int  # of which 502/503/504: the service shed or timed out
+    drops: int  # 502/503/504 in the newest 0.5 s: the service shed or timed out
     inflight: int  # requests in flight now
     busy: float  # time-average in flight over the newest 0.2 s (no lag: a queue shows here first)
     recent_latency: float  # mean latency over the newest 0.3 s at most (as few buckets as give 10 samples)
@@ -55,6 +55,7 @@ class Window:
     limiting: bool  # the gate paced or rejected requests: demand is above the rate
     rate: float  # the rate in force (what the gate admits at now)
     delivered: float | None = None  # completions per second over the newest 0.5 s (None: completion_rate)
+    current: float | None = None  # completions per second over the newest 0.2 s (None: completion_rate)
 
 
 @runtime_checkable
@@ -71,6 +72,13 @@ class Estimator(Protocol):
     def estimate(self, window: Window) -> float:
         """The rate to admit at (requests/s, finite, > 0), given ``window``."""
         ...
+
+
+#: At saturation, a service delivering less than this share of the rate offered to it has collapsed.
+HEALTHY = 0.25
+#: Little's latency (in flight over admissions in 0.2 s) is trusted to reset a baseline only from this
+#: many admissions per second (10 in its 0.2 s): below it, one request more or less moves it by half.
+LITTLE_MIN_RATE = 50.0
 
 
 class Baseline:
@@ -208,11 +216,12 @@ class BandwidthDelay(_Measured):
     def estimate(self, w: Window) -> float:
         mu = w.rate if self.mu is None else self.mu
         base = self._base(w)
-        # Little: without a queue, in flight = throughput × baseline latency. Above that, work waits. The
-        # throughput is what is admitted or what is delivered, whichever is higher: right after a rise in
-        # demand the delivered rate (a longer average) still lags, and a burst is not a queue.
-        expected = max(w.completion_rate, w.admit_rate) * base
         delivered = w.completion_rate if w.delivered is None else w.delivered
+        # Little: without a queue, in flight = throughput × baseline latency. Above that, work waits. The
+        # throughput is what was delivered in the newest 0.2 s or 0.5 s, whichever is higher: the shorter
+        # catches up within a latency when demand rises (a burst is not a queue), the longer damps noise.
+        current = delivered if w.current is None else w.current
+        expected = max(current, delivered) * base
         queued = w.busy - expected
         over = queued > self.tolerance * expected + 1 or w.drops > 0
         self._over = self._over + 1 if over else 0
@@ -230,7 +239,7 @@ class BandwidthDelay(_Measured):
                 return self._quiet  # until the queue is gone: in flight has stopped falling
             # No queue left: in flight over admissions is the service's own latency (Little), with none of
             # the lag of latencies measured at completion. (While the service drops requests, there is.)
-            if not w.drops:
+            if not w.drops and w.admit_rate >= LITTLE_MIN_RATE:
                 self._baseline.reset(self._little(w))
             self._reprobe_at = self._reprobe_after(w.now)
             self.state = "probing"  # carry on where it was: a re-measurement is not evidence of a queue
@@ -261,7 +270,7 @@ class BandwidthDelay(_Measured):
             if self._plateau is None:  # first plateau: cut by a quarter and look again
                 self._plateau, self._plateau_rate = little, max(delivered, 1e-3)
                 self._drain_target *= 0.75
-            elif little > 0.9 * self._plateau and not w.drops:  # (drops mean a queue)
+            elif little > 0.9 * self._plateau and not w.drops and w.admit_rate >= LITTLE_MIN_RATE:  # (drops: a queue)
                 self._baseline.reset(little)  # no queue: the service is this slow now
                 self.mu = self._plateau_rate
                 self._start_cruise(w.now)
@@ -274,7 +283,10 @@ class BandwidthDelay(_Measured):
         if queueing:
             # Saturated: what it delivers now is what it can do. A capacity that collapsed (an outage) is
             # found again at start-up speed once it returns, not at the probing pace.
-            self._started = not (self.mu is not None and delivered < self.mu / 4)
+            # Start-up is over when the service delivers a good part of what is offered (its capacity is
+            # found). A service that delivers almost nothing of it has collapsed (an outage): when it comes
+            # back, its capacity is found again at start-up speed, not at the probing pace.
+            self._started = delivered >= w.rate * HEALTHY
             self.mu = mu = max(delivered, 1e-3)
             self.state, self._drain_at, self._drain_busy, self._plateau = "draining", w.now, w.busy, None
             return self._drain_rate(mu, queued)
@@ -292,7 +304,7 @@ class BandwidthDelay(_Measured):
         gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
         # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
-        if w.rate < (1 + 2 * gain) * w.completion_rate:
+        if w.rate < (1 + 2 * gain) * max(w.completion_rate, delivered):
             return max(mu, w.rate) * (1 + gain) ** w.dt
         return w.rate
 
@@ -308,7 +320,7 @@ class BandwidthDelay(_Measured):
 
     def _start_cruise(self, now: float) -> None:
         self.state = "cruising"
-        self._until = now + self.cruise * self._rng.uniform(0.5, 1.5)
+        self._until = now + self.cruise * self._rng.uniform(0.5, 1.5) if self._started else now  # start-up: on
 
     def _drain_rate(self, mu: float, queued: float) -> float:
         self._drain_target = max(mu - max(0.0, queued) / self.drain_time, mu / 2)

@@ -221,6 +221,7 @@ class Gate:
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
         self._overflowing = False
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
+        self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self.next_refresh = now
         self.refresh(now)
 
@@ -237,9 +238,9 @@ class Gate:
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         self._new.update(self.new_requests, now)
-        shed = self.shed_rate(now)
-        self.schedule.set_rate(shed, now)
-        self._peak = max(shed, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
+        self.schedule.set_rate(self._room(self.pacer.rate), now)
+        self._promise = self.shed_rate(now)
+        self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
         self._peak_at = now
 
     @property
@@ -253,14 +254,19 @@ class Gate:
         return self._new.rate
 
     def shed_rate(self, now: float) -> float:
-        """H: the rate returning clients are scheduled at, requests/s.
+        """H: the rate returning clients may come back at, requests/s (what they are told by).
 
         H = μ − λ_new − √λ_new, floored at a small share of μ. New requests arrive at random (about
         Poisson): in a second they vary by about √λ_new. Scheduling returns at exactly μ − λ_new would
         run the bucket at utilisation 1, where the wait of a new request drifts without bound; the
-        allowance keeps it short.
+        allowance keeps it short. The schedule's head moves at the same H computed from the rate in
+        force, which is lower while a live estimator drains a queue: places then come due later than
+        told, and their clients, back early, keep their places.
         """
-        rate, new = self.capacity, self._new.rate
+        return self._room(self.capacity)
+
+    def _room(self, rate: float) -> float:
+        new = self._new.rate
         return max(rate - new - math.sqrt(new), rate * MIN_SHARE)
 
     @property
@@ -348,12 +354,20 @@ class Gate:
         return self._reject(key, (position, cost, now), now, early=False)
 
     def _returning(self, key: Hashable, place: Place, cost: float, keep: float, now: float, since: float) -> Decision:
-        """A client holding ``place``: in at its turn, held until it if near, else told again (it keeps it)."""
-        due = self.schedule.due_in(place[0], now)
+        """A client holding ``place``: in at its turn, held until it if near, else told again (it keeps it).
+
+        Near means due within what is left of the pacing window, at the head's pace or at the promised H:
+        while a live estimator drains a queue the head slows down for a moment, and a client held
+        through it is in when the pace comes back, where one sent away would come back a second late.
+        """
+        schedule = self.schedule
+        due = schedule.due_in(place[0], now)
         if due <= DUE_SLACK:
             return self._turn(key, place, cost, keep, now)
-        if due + (now - since) <= self.max_pacing_delay and self.waiters < self.max_waiters:
-            return self._pace(due, key, cost, keep, place, None, since)
+        left = self.max_pacing_delay - (now - since)
+        soon = min(due, (place[0] - schedule.head(now)) / self._promise)
+        if soon <= left and self.waiters < self.max_waiters:
+            return self._pace(min(due, left), key, cost, keep, place, None, since)
         return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
 
     def _turn(self, key: Hashable, place: Place, cost: float, keep: float, now: float) -> Decision:
@@ -386,10 +400,11 @@ class Gate:
     def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
         """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
         schedule, stats = self.schedule, self.stats
-        due = schedule.due_in(place[0], now)
-        seconds = forecast(due, self.growth)
-        if schedule.rate < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
-            seconds = min(seconds, due * schedule.rate / self._peak)
+        work = place[0] - schedule.head(now)  # tokens ahead of this place
+        promise = self._promise
+        seconds = forecast(work / promise, self.growth)
+        if promise < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
+            seconds = min(seconds, work / self._peak)
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)

@@ -181,14 +181,13 @@ class LiveHeadroom:
 
     def _summarise(self, now: float, dt: float) -> Window | None:
         ring = self.probes.ring
-        completed = drops = shed = 0
+        completed = shed = 0
         latency = 0.0
         span = 0.0
         width = self.probes.width
         for bucket in reversed(ring):
             completed += bucket.completed
             latency += bucket.latency
-            drops += bucket.drops
             shed += bucket.shed
             span += width
             if span >= self.window - 1e-9 and completed >= self.min_samples:
@@ -207,8 +206,11 @@ class LiveHeadroom:
                 break
         recent = lat / n if n else latency / completed
         delivered = sum(b.completed for b in newest5) / (len(newest5) * width)
+        # Drops are a signal of now: a window widened over a few slow seconds must not keep an old outage's.
+        drops = sum(b.drops for b in newest5)
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
-                      recent, admit_rate, shed > 0, self._rate, delivered)  # fmt: skip
+                      recent, admit_rate, shed > 0, self._rate, delivered,
+                      sum(b.completed for b in newest[-2:]) / (len(newest[-2:]) * width))  # fmt: skip
 
     def _external(self, now: float) -> Callable[[float], float]:
         """Ask the external probes once; return what they do to a capacity (cap or replace it, less background)."""

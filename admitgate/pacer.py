@@ -10,16 +10,20 @@ Rate changes are exact: tokens accrued at the old rate up to ``now`` are kept,
 and the new rate applies from ``now`` on. A reservation is a place on the *refill axis*
 (the tokens the bucket has been refilled with since it started): its token exists once
 the refill reaches that place, so when the rate rises, outstanding reservations come due
-sooner, in order. A rate *cut* starts a new epoch: the debt of the reservations made at
-the old rate is forgiven, and each of them, when its hold ends, reserves again at the new
-rate (:meth:`valid` tells which). They end in the order they were made, so they keep
-their order; those that would now wait too long are turned away instead of being let in
-on a timetable the service can no longer keep. The debt floor keeps its length in seconds.
+sooner, in order; when it falls, later. A *deep* cut (to below half the highest rate since
+the last one: an outage, a capacity halved) starts a new :attr:`epoch`: the debt of the
+reservations made before it is forgiven, and each of them, when its hold ends, reserves
+again at the new rate. They end in the order they were made, so they keep their order;
+those that would now wait too long are turned away instead of being let in on a timetable
+the service can no longer keep. The debt floor keeps its length in seconds.
 """
 
 from __future__ import annotations
 
 from .errors import ConfigError, non_negative, positive
+
+#: A rate below this share of the highest rate since the last epoch starts a new one.
+EPOCH_CUT = 0.5
 
 
 class TokenPacer:
@@ -34,7 +38,8 @@ class TokenPacer:
     admitted in any interval of length t is at most ``rate*t + burst``.
     """
 
-    __slots__ = ("_axis", "_axis_at", "_burst", "_floor", "_rate", "_tokens", "_updated", "epoch", "taken")
+    __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_rate", "_tokens", "_updated", "epoch",
+                 "taken")  # fmt: skip
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -44,7 +49,8 @@ class TokenPacer:
         self._tokens = self._burst
         self._updated = now
         self._axis, self._axis_at = 0.0, now  # the refill axis: tokens refilled by _axis_at
-        self.epoch = 0  #: rate cuts so far: reservations of an earlier epoch must reserve again
+        self.epoch = 0  #: deep rate cuts so far: reservations of an earlier epoch must reserve again
+        self._epoch_rate = self._rate  # the highest rate since the epoch began
         self.taken = 0  #: successful try_take calls (admissions at once)
 
     @property
@@ -69,9 +75,12 @@ class TokenPacer:
             raise ConfigError("rate", "must be a finite number > 0", rate)
         tokens = self._refill(now)
         self._axis, self._axis_at = self.refilled(now), now
-        if rate < self._rate:
+        if rate < self._epoch_rate * EPOCH_CUT:
             self.epoch += 1
             self._tokens = max(tokens, 0.0)
+            self._epoch_rate = rate
+        elif rate > self._epoch_rate:
+            self._epoch_rate = rate
         self._floor *= float(rate) / self._rate
         self._rate = float(rate)
 
