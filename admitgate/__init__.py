@@ -19,7 +19,7 @@ from .middleware import AdmitGate
 from .pacer import TokenPacer
 from .probes import Probes
 from .routing import Priority, Router, Rule
-from .spread import JitterSpread, ScheduleSpread, SpreadPolicy
+from .schedule import Schedule
 from .ticket import RetryTicket
 
 try:
@@ -40,7 +40,6 @@ __all__ = [
     "Gradient",
     "HeaderPolicy",
     "Headroom",
-    "JitterSpread",
     "LiveHeadroom",
     "ManualClock",
     "Priority",
@@ -48,8 +47,7 @@ __all__ = [
     "RetryTicket",
     "Router",
     "Rule",
-    "ScheduleSpread",
-    "SpreadPolicy",
+    "Schedule",
     "Static",
     "StaticHeadroom",
     "TokenPacer",

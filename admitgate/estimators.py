@@ -124,7 +124,7 @@ class Static:
 
     name = "static"
     measured = False
-    baseline = None
+    baseline: float | None = None
 
     def __init__(self, capacity: float) -> None:
         self.mu: float | None = positive("headroom.static.capacity", capacity)

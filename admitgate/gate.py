@@ -108,7 +108,7 @@ class GateStats:
     rejected: int = 0
     early: int = 0  # rejections of clients back before the time they were told (they ignore Retry-After)
     abandoned: int = 0  # paced requests whose client went away
-    overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a spread value within it)
+    overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a folded value within it)
 
 
 class NewRate:
@@ -150,7 +150,7 @@ class Gate:
     at least 1000, since a schedule brings back up to H × lead clients at once).
     ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog).
     ``max_retry_after``: the longest Retry-After the gate promises, seconds; places beyond it are told
-    a value spread over its upper half, counted in ``stats.overflow`` and logged.
+    a value folded into it (they ask again and keep their places), counted in ``stats.overflow`` and logged.
     ``tarpit``: how long to hold the 429 of a client that came back before the time it was told,
     seconds (at most ``max_tarpitted`` at once). ``standing_queue``/``fresh_pacing_delay`` (seconds):
     when new requests alone fill the capacity and the bucket's debt has not been repaid for
@@ -233,15 +233,23 @@ class Gate:
         self.next_refresh = now + self.refresh_interval
         rate = self.headroom.rate(now)
         backend = self.backend
-        if backend is not None:  # a shared budget sets the pacer; this replica's μ is published
+        self._new.update(self.new_requests, now)
+        shared = None
+        if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate  # type: ignore[attr-defined]
+            shared = backend.shed_rate(self.schedule.backlog(now))  # type: ignore[attr-defined]
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
-        self._new.update(self.new_requests, now)
-        self.schedule.set_rate(self._room(self.pacer.rate), now)
-        self._promise = self.shed_rate(now)
+        if shared is not None:
+            self.schedule.set_rate(shared, now)
+            self._promise = shared
+        else:
+            self.schedule.set_rate(self._room(self.pacer.rate), now)
+            self._promise = self.shed_rate(now)
         self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
         self._peak_at = now
+        if self._overflowing and self.schedule.horizon(now) < self._cap:
+            self._overflowing = False  # the episode is over: log the next one again
 
     @property
     def new_requests(self) -> int:
@@ -408,8 +416,6 @@ class Gate:
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)
-        elif self._overflowing:
-            self._overflowing = False
         hold = 0.0
         if early:
             stats.early += 1
@@ -425,14 +431,17 @@ class Gate:
         return Decision(Verdict.REJECT, hold, retry_after, schedule.rate, key)
 
     def _overflow(self, retry_after: int) -> int:
-        """A place beyond the cap: spread over the cap's upper half (the client comes back, keeps its place)."""
+        """A place beyond the cap: fold it into [1, cap] (it comes back early, keeps its place, is told again).
+
+        Folding the schedule's seconds modulo the cap fills every value of Retry-After equally: each is
+        given to at most ``ceil(M / (H·cap))·H`` clients, the fewest any spread within the cap allows.
+        """
         self.stats.overflow += 1
         if not self._overflowing:
             self._overflowing = True
             log.warning("admitgate: the retry schedule reaches past max_retry_after (%d s): clients beyond it are "
-                        "told values spread over its upper half and will ask again", self._cap)  # fmt: skip
-        half = max(1, self._cap // 2)
-        return self._cap - (retry_after - self._cap - 1) % half
+                        "told values folded into it and will ask again", self._cap)  # fmt: skip
+        return 1 + (retry_after - 1) % self._cap
 
     def end_hold(self, decision: Decision, now: float, gone: bool = False) -> Decision | None:
         """A hold is over at ``now``: what next. ``gone``: the client went away while held.

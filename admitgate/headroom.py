@@ -217,7 +217,8 @@ class LiveHeadroom:
         caps = [c for c in (self._call(p, now) for p in self.capacity_probes) if c is not None]
         background = self.background
         self._background = (self._call(background, now) or 0.0) if callable(background) else background
-        less = self._background if not (self.estimator.measured and not (caps and self.probe_mode == "replace")) else 0.0
+        measured = self.estimator.measured and not (caps and self.probe_mode == "replace")
+        less = 0.0 if measured else self._background  # a capacity measured from own traffic already excludes it
         cap = min(caps) if caps else math.inf
 
         def adjust(mu: float) -> float:

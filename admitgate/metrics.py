@@ -107,7 +107,7 @@ def snapshot(middleware: AdmitGate) -> Snapshot:
     if floor is not None:
         gauges[FLOOR] = float(floor)
     gauges[WAITERS] = float(gate.waiters)
-    gauges[WINDOW] = max(0.0, gate.spread.horizon(now))
+    gauges[WINDOW] = gate.schedule.horizon(now)
     backend = getattr(gate, "backend", None)
     gauges[FALLBACK] = float(getattr(backend, "degraded", False))
     histograms: dict[str, tuple[tuple[float, ...], list[int], float]] = {

@@ -21,15 +21,15 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import ConfigError, integer
+from .errors import ConfigError
 from .gate import Decision, Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, header_value, key_from_config
 from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
 from .routing import Priority, Router, Rule
-from .shared import RedisBudget, backend_from_url
 from .schedule import SLOT_GRACE
+from .shared import RedisBudget, backend_from_url
 from .ticket import RetryTicket, cookie_ticket
 
 Scope = MutableMapping[str, Any]
@@ -51,7 +51,8 @@ class AdmitGate:
     :class:`~admitgate.headers.HeaderPolicy`. ``tarpit`` (seconds, 0 disables) holds the 429 for a
     recognised client that came back before its slot, at most ``max_tarpitted`` at once: a client
     that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
-    ``wall_clock`` Unix seconds (for ticket expiry). Pass ``gate`` to share a
+    ``wall_clock`` Unix seconds (for ticket expiry), and ``sleep`` waits (pacing and the tarpit): all three
+    are injected, so tests run on virtual time. Pass ``gate`` to share a
     :class:`~admitgate.gate.Gate` (the simulator and tests do). ``metrics``: a prometheus-client
     ``CollectorRegistry`` to export to (None: no metrics); see :mod:`admitgate.metrics`. ``backend``:
     ``"memory://"`` (default: this process only) or a Redis URL (or a
@@ -84,6 +85,7 @@ class AdmitGate:
         max_keys: int = 100_000,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         gate: Gate | None = None,
         metrics: Any = None,
         backend: str | RedisBudget | None = None,
@@ -91,6 +93,7 @@ class AdmitGate:
         self.app = app
         self.clock = clock
         self.wall_clock = wall_clock
+        self.sleep = sleep
         if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
             from .config import headroom_from_config
 
@@ -167,14 +170,14 @@ class AdmitGate:
                 self._sync.start()
             if self.backend is not None:
                 self.backend.start()
-            decision: Decision | None = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
+            decision = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
             outcome = 0
             if decision.delay:
                 outcome = 1 if decision.verdict is Verdict.PACE else 2
-                decision, receive = await self._wait(decision, receive)
-                if decision is None:  # the client went away while held
+                after, receive = await self._wait(decision, receive)
+                if after is None:  # the client went away while held
                     return
-                now = self.clock()
+                decision, now = after, self.clock()
             if decision.verdict is Verdict.REJECT:
                 if self._tally_on:
                     self._count(rule, 2)
@@ -266,22 +269,28 @@ class AdmitGate:
         """
         gate, clock = self.gate, self.clock
         first: Message | None = None
+        gone = False
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            nonlocal first, gone
+            if first is None:
+                first = await receive()
+            if first["type"] == "http.disconnect" or not first.get("more_body", False):
+                # the body is all in (or the client left): only a disconnect can come now
+                gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
+                scope.cancel()  # the client left: stop holding
+
         current: Decision | None = decision
         while current is not None and current.delay:
             if current.verdict is Verdict.REJECT:
-                await anyio.sleep(current.delay)
+                await self.sleep(current.delay)
                 current = gate.end_hold(current, clock())
                 continue
-            gone = False
             try:
-                with anyio.move_on_after(current.delay):
-                    if first is None:
-                        first = await receive()
-                    if first["type"] == "http.disconnect" or not first.get("more_body", False):
-                        # the body is all in (or the client left): only a disconnect can come now
-                        gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-                    else:
-                        await anyio.sleep_forever()  # read no further while held: backpressure
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(watch, watching.cancel_scope)
+                    await self.sleep(current.delay)
+                    watching.cancel_scope.cancel()
             except BaseException:
                 gate.end_hold(current, clock(), gone=True)
                 raise
@@ -337,7 +346,7 @@ class AdmitGate:
         decision: Decision | None = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
         while decision is not None and decision.delay:  # a handshake has no body to watch: just wait
             try:
-                await anyio.sleep(decision.delay)
+                await self.sleep(decision.delay)
             except BaseException:
                 gate.end_hold(decision, self.clock(), gone=True)
                 raise

@@ -99,6 +99,10 @@ class Schedule:
         """Seconds until the head reaches ``position`` at the current H (<= 0: due)."""
         return (position - self.head(now)) / self._rate
 
+    def backlog(self, now: float) -> float:
+        """Tokens of places not yet due at ``now``."""
+        return max(0.0, self._tail - self.head(now))
+
     def horizon(self, now: float) -> float:
         """Seconds from ``now`` until the last waiting position is due, at the current H (0: nobody waits)."""
         return max(0.0, (self._tail - self.head(now)) / self._rate)

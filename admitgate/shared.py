@@ -9,11 +9,19 @@ path never waits for the network. What is shared is where the local tokens come 
   can double between leases without a refusal); when the replicas together want more
   than an interval's refill, each gets its demand-weighted share of it, so the first to ask does not
   starve the others;
-* records the replica as alive for ``ttl`` seconds, with its own estimate of H and its probe summary;
+* records the replica as alive for ``ttl`` seconds, with its own estimate of μ, its λ_new, the backlog
+  of its retry schedule (tokens of places not yet due) and its probe summary;
 * forgets replicas whose TTL has passed (so a dead replica stops counting within ``ttl``, 3 s).
 
-The fleet rate is the configured rate, or, with live estimators, the sum of the live replicas' H.
-The replica then paces its own admissions at ``granted / lease_interval`` for the interval. One round
+The fleet rate μ is the configured rate, or, with live estimators, the sum of the live replicas' μ.
+The replica then paces its own admissions at ``granted / lease_interval`` for the interval.
+
+**One retry schedule for the fleet.** Rejected clients come back to the replica that rejected them
+(their keep-alive connection, their ticket), so each replica keeps its own schedule, but it runs at
+its share of the *fleet's* H = μ_fleet − Σλ_new − √Σλ_new: its backlog over the fleet's backlog. The
+replicas' queues then drain together, in ``Σbacklog / H_fleet``, whichever replica a herd hit and
+however unevenly. Between leases a replica counts its own new places at once (its share can only be
+larger than the last lease said, so clients are told early, never late). One round
 trip per replica per interval, whatever the request rate: at 1,000 decisions/s per replica that is
 10 round trips per 1,000 decisions. State in Redis is O(1) per bucket plus one entry per live replica.
 
@@ -39,11 +47,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 from typing import Any
 
 from .errors import ConfigError, integer, non_negative, positive
+from .gate import MIN_SHARE
 
 log = logging.getLogger("admitgate")
 
@@ -52,6 +62,7 @@ local bucket, members, rates = KEYS[1], KEYS[2], KEYS[3]
 local want, id, mine = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local fixed, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local interval = tonumber(ARGV[7]) or 0
+local backlog, new = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZADD', members, now + ttl, id)
@@ -60,12 +71,14 @@ for _, d in ipairs(dead) do
   redis.call('ZREM', members, d)
   redis.call('HDEL', rates, d)
 end
-redis.call('HSET', rates, id, want .. ' ' .. mine)
-local rate, wants = 0, 0
+redis.call('HSET', rates, id, want .. ' ' .. backlog .. ' ' .. new .. ' ' .. mine)
+local rate, wants, backlogs, news = 0, 0, 0, 0
 for _, v in ipairs(redis.call('HVALS', rates)) do
-  local w, h = string.match(v, '^([^ ]+) ([^ ]+)')
+  local w, b, n, h = string.match(v, '^([^ ]+) ([^ ]+) ([^ ]+) ([^ ]+)')
   rate = rate + (tonumber(h) or 0)
   wants = wants + (tonumber(w) or 0)
+  backlogs = backlogs + (tonumber(b) or 0)
+  news = news + (tonumber(n) or 0)
 end
 if fixed > 0 then rate = fixed end
 local state = redis.call('HMGET', bucket, 'tokens', 'ts')
@@ -84,7 +97,8 @@ local keep = math.ceil((ttl + 60) * 1000)
 redis.call('PEXPIRE', bucket, keep)
 redis.call('PEXPIRE', members, keep)
 redis.call('PEXPIRE', rates, keep)
-return {tostring(grant), tostring(rate), redis.call('ZCARD', members), tostring(now)}
+return {tostring(grant), tostring(rate), redis.call('ZCARD', members), tostring(now), tostring(backlogs),
+        tostring(news)}
 """
 
 
@@ -146,7 +160,10 @@ class RedisBudget:
         #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
         self.headroom = 2.0
         self.gate: Any = None
-        self.local_rate: float | None = None  # this replica's own H (from its headroom), published
+        self.local_rate: float | None = None  # this replica's own μ (from its headroom), published
+        self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
+        self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
+        self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
         self.fleet_rate: float | None = None  # what the shared bucket refills at
         self.replicas = 1
         self.degraded = False  # running on the local fallback
@@ -189,10 +206,20 @@ class RedisBudget:
             await self.lease(started)
             await asyncio.sleep(max(0.0, self.lease_interval - (loop.time() - started)))
 
+    def shed_rate(self, backlog: float) -> float | None:
+        """This replica's share of the fleet's H, requests/s, for a schedule ``backlog`` tokens long now;
+        None before the first lease (the replica's own H applies)."""
+        if not self.fleet_rate or self.round_trips == 0:  # (no lease yet, or a fleet rate of 0)
+            return None
+        mu, new = self.fleet_rate, self.fleet_new
+        fleet = max(mu - new - math.sqrt(new), mu * MIN_SHARE)
+        total = self.fleet_backlog - self._backlog + backlog  # others as of the last lease, this one now
+        return fleet * backlog / total if backlog > 0 and total > backlog else fleet
+
     def _demand(self) -> float:
-        """Decisions per second at this replica since the last lease (admitted, paced, rejected)."""
+        """Requests per second at this replica since the last lease (whatever the verdict)."""
         gate = self.gate
-        seen = gate.pacer.taken + gate.stats.paced + gate.stats.rejected + gate.stats.critical
+        seen = gate.pacer.taken + gate.stats.critical + gate.stats.contended
         demand, self._seen = (seen - self._seen) / self.lease_interval, seen
         return demand
 
@@ -210,7 +237,9 @@ class RedisBudget:
             last = probes.ring[-1]
             summary += f" completed={last.completed} latency={last.latency / max(1, last.completed):.6g}"
         pacer = gate.pacer
-        args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval]
+        backlog = gate.schedule.backlog(gate.pacer._updated)
+        args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval, backlog,
+                gate.new_rate()]  # fmt: skip
         try:
             self.round_trips += 1
             reply = await asyncio.wait_for(self._script(keys=self.keys, args=args), self.timeout)
@@ -218,6 +247,7 @@ class RedisBudget:
             self._fail(now, exc)
             return False
         granted, rate, replicas = float(reply[0]), float(reply[1]), int(reply[2])
+        self.fleet_backlog, self.fleet_new, self._backlog = float(reply[4]), float(reply[5]), backlog
         if self.degraded:
             log.warning("admitgate: backend %s is back; leasing from the shared budget again", self.url)
         self.degraded, self._failed = False, 0

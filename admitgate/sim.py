@@ -86,7 +86,8 @@ class Scenario:
         if self.service_dist not in ("fixed", "exponential", "lognormal"):
             raise ConfigError("service_dist", "must be fixed, exponential or lognormal", self.service_dist)
         if self.background_class not in DEFAULT_CLASSES:
-            raise ConfigError("background_class", f"unknown; known: {', '.join(DEFAULT_CLASSES)}", self.background_class)
+            known = ", ".join(DEFAULT_CLASSES)
+            raise ConfigError("background_class", f"unknown; known: {known}", self.background_class)
         if not 0 <= self.ignore_fraction <= 1:
             raise ConfigError("ignore_fraction", "must be in [0, 1]", self.ignore_fraction)
         for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
 import uvicorn
 
@@ -18,6 +19,17 @@ from admitgate.serving import free_port, wait_for_redis
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1000.0)
+
+
+@pytest.fixture
+def sleep(clock: ManualClock) -> Callable[[float], Awaitable[None]]:
+    """A sleep on the injected clock: it moves the clock on and yields once, taking no real time."""
+
+    async def virtual_sleep(seconds: float) -> None:
+        clock.advance(max(0.0, seconds))
+        await anyio.sleep(0)
+
+    return virtual_sleep
 
 
 @contextlib.contextmanager

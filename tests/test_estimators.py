@@ -31,11 +31,51 @@ def test_static_returns_its_capacity() -> None:
     assert Static(250).estimate(window()) == 250
 
 
-def test_bdp_probes_by_its_gain_while_there_is_no_queue() -> None:
-    e = BandwidthDelay(cruise=0, probe_gain=0.25, seed=1)
-    # baseline 0.1 s, delivered 100/s: 10 in flight is exactly no queue
-    assert e.estimate(window(now=0.1, dt=1.0)) == pytest.approx(125.0)
+def test_bdp_starts_up_fast_then_probes_by_its_gain_once_it_has_seen_saturation() -> None:
+    e = BandwidthDelay(cruise=0, probe_gain=0.25, startup_gain=1.0, confirm=1, seed=1)
+    # baseline 0.1 s, delivered 100/s: 10 in flight is exactly no queue; start-up doubles a second
+    assert e.estimate(window(now=0.1, dt=1.0)) == pytest.approx(200.0)
+    assert e.state == "starting" and e.growth == 1.0
+    # a queue at 200/s offered while 180/s is delivered: the capacity is found (start-up is over)
+    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    assert e.state == "draining" and e.mu == 180.0 and e.growth == 0.25
+    drain_to_cruise(e)
+    assert e.estimate(window(now=5.0, dt=1.0, rate=180.0, completion=180.0, busy=18.0)) == pytest.approx(225.0)
     assert e.state == "probing"
+
+
+def drain_to_cruise(e: BandwidthDelay) -> None:
+    while e.state == "draining":  # the queue drains
+        e.estimate(window(now=e._drain_at + 2, rate=180.0, completion=180.0, busy=18.0))
+
+
+def test_bdp_starts_up_again_after_a_collapse() -> None:
+    e = BandwidthDelay(cruise=0, confirm=1, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    drain_to_cruise(e)
+    assert e.growth == e.probe_gain
+    # an outage: 200/s offered, 20/s delivered and the queue grows: below a quarter is a collapse
+    e.estimate(window(now=5.0, rate=200.0, completion=20.0, busy=60.0, drops=5))
+    assert e.mu == 20.0 and e.growth == e.startup_gain
+
+
+def test_bdp_re_measures_its_baseline_at_three_quarters_of_mu() -> None:
+    e = BandwidthDelay(cruise=0, reprobe=10.0, seed=1)
+    e.estimate(window(now=0.1))  # baseline 0.1, re-measurement due at 10 s ± 15 %
+    e.estimate(window(now=0.2, rate=100.0, completion=100.0, busy=10.0))
+    e._started = True
+    at = e._reprobe_at
+    rate = e.estimate(window(now=at, rate=100.0, completion=100.0, busy=10.0))
+    assert e.state == "re-measuring" and rate == pytest.approx(75.0)
+    # in flight settles at 75/s × 0.12 s: the service is a little slower than the old baseline
+    for i in range(1, 20):
+        rate = e.estimate(window(now=at + i * 0.1, rate=75.0, completion=75.0, admit=75.0, busy=9.0))
+        if e.state != "re-measuring":
+            break
+    assert e.state == "probing" and rate == pytest.approx(100.0)
+    assert e.baseline == pytest.approx(0.12)  # Little: in flight over admissions
+    assert e._reprobe_at > at + 8
 
 
 def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() -> None:

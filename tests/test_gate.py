@@ -1,3 +1,6 @@
+"""The gate's one admission sequence (admit, end_hold) on an injected clock."""
+
+import logging
 import math
 from collections import Counter
 
@@ -5,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, Gate, Priority, StaticHeadroom, Verdict
+from admitgate import ConfigError, Gate, StaticHeadroom, Verdict
 from admitgate.routing import DEFAULT_CLASSES
 
 DEFAULT = DEFAULT_CLASSES["default"]
@@ -13,99 +16,262 @@ CRITICAL = DEFAULT_CLASSES["critical"]
 SHEDDABLE = DEFAULT_CLASSES["sheddable"]
 
 
+def admit(g: Gate, now: float, key=None, cost: float = 1.0, priority=DEFAULT):
+    return g.admit(cost, priority, now, lambda: key)
+
+
+class Rate:
+    """A headroom whose rate a test sets by hand."""
+
+    def __init__(self, rate: float) -> None:
+        self.value = rate
+
+    def rate(self, now: float) -> float:
+        return self.value
+
+
+def warm(g: Gate, seconds: int, new_per_second: int = 0, start: float = 0.0) -> float:
+    """Run whole seconds of steady new traffic (so λ_new has its history); return the time reached."""
+    now = start
+    for second in range(seconds):
+        for i in range(new_per_second):
+            now = start + second + i / new_per_second
+            d = admit(g, now)
+            while d.delay:
+                d = g.end_hold(d, now + d.delay)
+        now = start + second + 1
+        g.refresh(now)
+    return now
+
+
 def test_admit_then_pace_then_reject() -> None:
     g = Gate(10, 2, max_pacing_delay=0.25, now=0.0)
-    assert g.try_admit(1, DEFAULT, 0.0) and g.try_admit(1, DEFAULT, 0.0)
-    assert not g.try_admit(1, DEFAULT, 0.0)
-    d1, d2 = g.decide(1, DEFAULT, None, 0.0), g.decide(1, DEFAULT, None, 0.0)
+    assert admit(g, 0.0).verdict is Verdict.ADMIT and admit(g, 0.0).verdict is Verdict.ADMIT
+    d1, d2 = admit(g, 0.0), admit(g, 0.0)
     assert (d1.verdict, d1.delay) == (Verdict.PACE, pytest.approx(0.1))
     assert (d2.verdict, d2.delay) == (Verdict.PACE, pytest.approx(0.2))
-    d3 = g.decide(1, DEFAULT, None, 0.0)
-    assert d3.verdict is Verdict.REJECT and d3.retry_after == 1
+    d3 = admit(g, 0.0)
+    assert d3.verdict is Verdict.REJECT and d3.retry_after == 1 and d3.delay == 0
     assert g.waiters == 2 and g.stats.paced == 2 and g.stats.rejected == 1
+    assert g.end_hold(d1, 0.1).verdict is Verdict.ADMIT and g.waiters == 1
+
+
+def test_identify_is_called_only_when_the_answer_matters() -> None:
+    g = Gate(10, 1, max_pacing_delay=0, now=0.0)
+    calls = []
+
+    def who():
+        calls.append(1)
+        return "a"
+
+    assert g.admit(1, DEFAULT, 0.0, who).verdict is Verdict.ADMIT and not calls  # nobody holds a place
+    assert g.admit(1, DEFAULT, 0.0, who).verdict is Verdict.REJECT and calls == [1]
+    g.admit(1, DEFAULT, 5.0, who)  # now someone holds a place: an admitted request is identified too
+    assert calls == [1, 1]
 
 
 def test_waiter_bound() -> None:
     g = Gate(10, 1, max_pacing_delay=5, max_waiters=1, now=0.0)
-    g.try_admit(1, DEFAULT, 0.0)
-    assert g.decide(1, DEFAULT, None, 0.0).verdict is Verdict.PACE
-    assert g.decide(1, DEFAULT, None, 0.0).verdict is Verdict.REJECT
-    g.release_waiter()
-    assert g.decide(1, DEFAULT, None, 0.0).verdict is Verdict.PACE
+    admit(g, 0.0)
+    held = admit(g, 0.0)
+    assert held.verdict is Verdict.PACE
+    assert admit(g, 0.0).verdict is Verdict.REJECT
+    g.end_hold(held, held.delay)
+    assert admit(g, 0.1).verdict is Verdict.PACE
 
 
-def test_abandoned_pacing_refunds_the_token() -> None:
+def test_a_client_gone_while_paced_gives_its_token_back() -> None:
     g = Gate(10, 1, max_pacing_delay=1, now=0.0)
-    g.try_admit(1, DEFAULT, 0.0)
-    g.decide(1, DEFAULT, None, 0.0)
-    g.abandon(1, 0.0)
+    admit(g, 0.0)
+    held = admit(g, 0.0)
+    assert g.end_hold(held, 0.05, gone=True) is None
     assert g.waiters == 0 and g.stats.abandoned == 1
-    assert g.pacer.tokens(0.0) == pytest.approx(0.0)
-    assert g.decide(1, DEFAULT, None, 0.0).delay == pytest.approx(0.1)  # first in the queue again
+    assert g.pacer.tokens(0.05) == pytest.approx(0.5)
+    assert admit(g, 0.05).delay == pytest.approx(0.05)  # first in the queue again
 
 
-def test_retry_after_leads_the_slot_by_up_to_one_second() -> None:
+def test_retry_after_leads_the_place_by_up_to_one_second() -> None:
     g = Gate(10, 1, max_pacing_delay=0, now=0.0)
-    g.try_admit(1, DEFAULT, 0.0)
-    # no pacing: lead 0, so Retry-After = ceil(slot - now)
-    slots = [g.decide(1, DEFAULT, None, 0.0) for _ in range(25)]
-    assert [d.retry_after for d in slots[:3]] == [1, 1, 1]
-    assert slots[-1].slot == pytest.approx(2.5) and slots[-1].retry_after == 3
+    admit(g, 0.0)
+    # no pacing: lead 0, so Retry-After = ceil(due); 25 places at 10/s from now
+    told = [admit(g, 0.0).retry_after for _ in range(25)]
+    assert told[:3] == [1, 1, 1] and told[-1] == 3
     g2 = Gate(10, 1, max_pacing_delay=1.5, max_waiters=0, now=0.0)
-    g2.try_admit(1, DEFAULT, 0.0)
-    d = [g2.decide(1, DEFAULT, None, 0.0) for _ in range(25)][-1]
-    assert d.slot == pytest.approx(2.5) and d.retry_after == 2  # told to come back 0.5 s before its slot
+    admit(g2, 0.0)
+    assert [admit(g2, 0.0) for _ in range(25)][-1].retry_after == 2  # due at 2.5 s, told 0.5 s before
 
 
-def test_a_cohort_rejected_at_once_comes_back_at_no_more_than_h_per_second() -> None:
+def test_a_cohort_rejected_at_once_comes_back_flat_at_h() -> None:
     rate, m = 180.0, 2000
     g = Gate(rate, 20, max_pacing_delay=1.5, now=0.0)
-    verdicts = Counter()
-    retry = Counter()
+    verdicts, told = Counter(), Counter()
     for _ in range(m):
-        if g.try_admit(1, DEFAULT, 0.0):
-            verdicts["admit"] += 1
-            continue
-        d = g.decide(1, DEFAULT, None, 0.0)
+        d = admit(g, 0.0)
         verdicts[d.verdict] += 1
         if d.verdict is Verdict.REJECT:
-            retry[d.retry_after] += 1
-    assert verdicts["admit"] == 20 and verdicts[Verdict.PACE] == 270  # 1.5 s of tokens held
-    assert max(retry.values()) <= rate + 1
-    assert all(retry[s] >= rate - 1 for s in range(2, max(retry)))  # a flat stream, no gaps
-    assert max(retry) == math.ceil((m - 20) / rate) - 1  # the last slot: window M/H, minus the 1 s lead
+            told[d.retry_after] += 1
+    assert verdicts[Verdict.ADMIT] == 20 and verdicts[Verdict.PACE] == 270  # 1.5 s of tokens held
+    assert max(told.values()) <= rate + 1
+    assert all(told[s] >= rate - 1 for s in range(2, max(told)))  # a flat stream, no gaps
+    assert max(told) == math.ceil((m - 20 - 270) / rate + 1.5) - 1  # the last place, less the 1 s lead
 
 
-def test_critical_traffic_is_charged_first_and_measured_as_lambda_new() -> None:
+def test_lambda_new_is_measured_from_first_attempts_and_a_herd_is_not_new_traffic() -> None:
+    g = Gate(200, 20, max_pacing_delay=1.5, now=0.0)
+    now = warm(g, 6, new_per_second=20)
+    assert g.new_rate() == pytest.approx(20, abs=1)
+    assert g.shed_rate(now) == pytest.approx(200 - 20 - math.sqrt(20), abs=1)
+    for i in range(2000):  # a herd within one second
+        admit(g, now + i / 4000, key=i)
+    now = warm(g, 2, new_per_second=20, start=math.floor(now) + 1)
+    assert g.new_rate() == pytest.approx(20, abs=1)  # the median of five seconds leaves the herd's second out
+
+
+def test_critical_traffic_is_admitted_charged_and_counted_as_new() -> None:
     g = Gate(100, 10, max_pacing_delay=0, now=0.0)
     for i in range(400):  # 20 critical requests/s for 20 s
-        assert g.try_admit(1, CRITICAL, i * 0.05)
-    assert g.critical_rate(20.0) == pytest.approx(20.0, rel=0.05)
-    assert g.shed_rate(20.0) == pytest.approx(80.0, rel=0.05)
+        assert admit(g, i * 0.05, priority=CRITICAL).verdict is Verdict.ADMIT
+    g.refresh(20.0)
+    assert g.new_rate() == pytest.approx(20.0, abs=1)
     for _ in range(20):
-        g.try_admit(1, CRITICAL, 20.0)
+        admit(g, 20.0, priority=CRITICAL)
     assert g.pacer.tokens(20.0) == -10.0  # critical drove the bucket to its floor
-    assert not g.try_admit(1, DEFAULT, 20.0)
+    assert admit(g, 20.0).verdict is Verdict.REJECT
 
 
 def test_sheddable_class_is_shed_before_default() -> None:
     g = Gate(10, 10, max_pacing_delay=0, now=0.0)
-    assert sum(g.try_admit(1, SHEDDABLE, 0.0) for _ in range(10)) == 5  # keeps half the burst
-    assert sum(g.try_admit(1, DEFAULT, 0.0) for _ in range(10)) == 5
+    assert sum(admit(g, 0.0, priority=SHEDDABLE).verdict is Verdict.ADMIT for _ in range(10)) == 5
+    assert sum(admit(g, 0.0).verdict is Verdict.ADMIT for _ in range(10)) == 5
 
 
-def test_early_returner_keeps_its_slot_and_the_horizon_stays_put() -> None:
+def test_a_returning_client_is_held_until_its_place_and_then_admitted() -> None:
+    g = Gate(10, 1, max_pacing_delay=1.5, max_waiters=0, now=0.0)
+    admit(g, 0.0)
+    for _ in range(30):  # others hold the first places
+        admit(g, 0.0)
+    first = admit(g, 0.0, key="a")  # due 3.1 s from now, told 3 (the lead)
+    assert first.retry_after == 3
+    g.max_waiters = 100
+    assert admit(g, 3.0).verdict is Verdict.ADMIT  # someone takes the token the bucket has refilled
+    back = admit(g, 3.0, key="a")
+    assert back.verdict is Verdict.PACE and back.delay == pytest.approx(0.1)
+    assert g.end_hold(back, 3.1).verdict is Verdict.ADMIT
+    assert g.schedule.place_of("a", 3.1) is None and g.stats.scheduled == 1
+
+
+def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
     g = Gate(10, 1, max_pacing_delay=0.5, max_waiters=0, now=0.0)
-    g.try_admit(1, DEFAULT, 0.0)
-    for _ in range(30):  # others queue up first, so "a" holds a slot beyond the pacing window
-        g.decide(1, DEFAULT, None, 0.0)
-    first = {k: g.decide(1, DEFAULT, k, 0.0) for k in ("a", "b", "c")}
-    horizon = g.spread.horizon(0.0)
-    for t in (0.1, 0.2, 0.3, 0.4):  # "a" ignores Retry-After and hammers
-        d = g.decide(1, DEFAULT, "a", t)
-        assert d.slot == first["a"].slot and d.verdict is Verdict.REJECT and d.early
-    assert g.spread.horizon(0.0) == horizon
-    assert g.stats.early == 4 and not first["b"].early
+    admit(g, 0.0)
+    for _ in range(30):
+        admit(g, 0.0)
+    first = {k: admit(g, 0.0, key=k) for k in ("a", "b", "c")}
+    place = g.schedule.place_of("a", 0.0)
+    horizon = g.schedule.horizon(0.0)
+    d = admit(g, 0.05, key="a")  # "a" ignores Retry-After and hammers
+    assert d.verdict is Verdict.REJECT and d.delay == 1.0  # its 429 is held a second (the tarpit)...
+    assert d.retry_after == first["a"].retry_after - 1  # ... which comes off what it is told
+    assert g.schedule.place_of("a", 0.05)[0] == place[0]  # same place
+    assert g.schedule.horizon(0.0) == horizon and g.stats.early == 1 and g.tarpitted == 1
+    assert g.end_hold(d, 1.05).delay == 0 and g.tarpitted == 0
+
+
+def test_a_rising_estimate_pulls_the_horizon_in() -> None:
+    h = Rate(100.0)
+    g = Gate(h, 10, max_pacing_delay=0, refresh_interval=0.1, growth=0.0, now=0.0)
+    for _ in range(10):
+        admit(g, 0.0)
+    told = [admit(g, 0.0, key=i).retry_after for i in range(500)]
+    assert max(told) == 5  # 500 places at 100/s
+    h.value = 250.0
+    g.refresh(0.1)
+    # the same 500 places (the first due once the bucket has a token, 0.01 s out), due sooner
+    assert g.schedule.horizon(0.1) == pytest.approx((1 + 500 - 100 * 0.1) / 250)
+    g.pacer.try_take(g.pacer.tokens(0.1), 0.1)  # others take what the bucket refilled
+    assert admit(g, 0.1, key="late").retry_after == 2  # a newcomer's place is due 2 s out, not 5
+
+
+def test_a_falling_estimate_tells_returners_again_and_they_keep_their_places() -> None:
+    h = Rate(100.0)
+    g = Gate(h, 10, max_pacing_delay=1.5, max_waiters=0, growth=0.0, now=0.0)
+    for _ in range(10):
+        admit(g, 0.0)
+    for i in range(400):
+        admit(g, 0.0, key=i)
+    place = g.schedule.place_of(100, 0.0)
+    assert place[2] == pytest.approx(1.0)  # client 100 (due 1.01 s out) was told to come back at 1 s
+    h.value = 20.0  # capacity falls to a fifth
+    g.refresh(0.1)
+    g.max_waiters = 1000
+    g.pacer.try_take(g.pacer.tokens(1.0), 1.0)  # others take what the bucket refilled
+    again = admit(g, 1.0, key=100)  # back on time: its place is now 3.65 s away, so it is told again
+    assert again.verdict is Verdict.REJECT and again.delay == 0  # not an ignorer: no tarpit
+    assert g.schedule.place_of(100, 1.0)[0] == place[0]  # it keeps its place...
+    g.max_waiters = 0  # (no pacing: the newcomer gets a place)
+    newcomer = admit(g, 1.0, key="new")
+    assert g.schedule.place_of("new", 1.0)[0] > place[0]  # ... and newcomers still queue behind it
+    assert again.retry_after < newcomer.retry_after
+
+
+def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_peak() -> None:
+    h = Rate(200.0)
+    g = Gate(h, 20, max_pacing_delay=1.5, max_waiters=0, growth=0.0, now=0.0)
+    warm(g, 2)
+    h.value = 1.0  # an outage
+    g.refresh(2.5)
+    told = [admit(g, 2.5, key=i).retry_after for i in range(1000)]
+    assert max(told) <= 5  # not 1000 s: 1,000 places at the peak of ~200/s, less the lead
+
+
+def test_the_cap_never_hands_one_value_to_a_crowd(caplog) -> None:
+    g = Gate(10, 1, max_pacing_delay=0, max_retry_after=10, now=0.0)
+    admit(g, 0.0)
+    with caplog.at_level(logging.WARNING, logger="admitgate"):
+        told = Counter(admit(g, 0.0, key=i).retry_after for i in range(1000))
+    assert set(told) == set(range(1, 11))
+    assert max(told.values()) <= math.ceil(1000 / (10 * 10)) * 10  # the fewest any spread within 10 s allows
+    assert g.stats.overflow == 1000 - 100
+    assert len([r for r in caplog.records if "max_retry_after" in r.getMessage()]) == 1  # logged once
+
+
+def test_new_requests_during_a_herd_are_paced_not_sent_away() -> None:
+    g = Gate(200, 20, max_pacing_delay=1.5, now=0.0)
+    now = warm(g, 6, new_per_second=20)
+    for i in range(2000):
+        admit(g, now, key=i)
+    later = now + 3.0  # the standing-queue rule would only pace them for 0.1 s: they are no flood
+    verdicts = Counter(admit(g, later + i / 20).verdict for i in range(20))
+    assert verdicts[Verdict.REJECT] == 0
+
+
+def test_under_a_flood_of_new_requests_a_standing_queue_gives_them_places() -> None:
+    g = Gate(100, 1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1, now=0.0)
+    now = 0.0
+    for second in range(6):  # 300 new requests/s against 100/s
+        for i in range(300):
+            now = second + i / 300
+            d = admit(g, now)
+            if d.verdict is Verdict.PACE:
+                g.end_hold(d, now + d.delay)
+        g.refresh(second + 1.0)
+    assert g.new_rate() >= 100
+    early = admit(g, now)
+    assert early.verdict is Verdict.REJECT  # standing and flooded: no long hold for a new request
+
+
+def test_a_deep_rate_cut_makes_held_requests_reserve_again_and_turns_away_those_too_late() -> None:
+    h = Rate(100.0)
+    g = Gate(h, 1, max_pacing_delay=1.0, refresh_interval=0.1, now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0, key=i) for i in range(100)]  # one second of reservations at 100/s
+    assert all(d.verdict is Verdict.PACE for d in held) and held[-1].delay == pytest.approx(1.0)
+    h.value = 20.0
+    g.refresh(0.1)  # the pacer's rate falls below half: a new epoch
+    after = [g.end_hold(d, d.delay) for d in held]
+    verdicts = Counter(d.verdict for d in after)
+    assert verdicts[Verdict.REJECT] > 50  # at 20/s most of them cannot be let in within their second
+    admitted = [d for d in after if d.verdict is not Verdict.REJECT]
+    assert len(admitted) <= 10 + 20 * 1.0  # what was due before the cut, then 20/s
 
 
 def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
@@ -126,12 +292,15 @@ def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
     [
         ({"rate": 0}, "rate"),
         ({"rate": -5}, "rate"),
+        ({"rate": "100"}, "rate"),
         ({"rate": 10, "burst": 0}, "burst"),
         ({"rate": 10, "max_pacing_delay": -1}, "max_pacing_delay"),
         ({"rate": 10, "max_waiters": -1}, "max_waiters"),
         ({"rate": 10, "spread": "fifo"}, "spread"),
-        ({"rate": 10, "spread": object()}, "spread"),
         ({"rate": 10, "max_retry_after": 0.5}, "max_retry_after"),
+        ({"rate": 10, "max_tarpitted": -1}, "max_tarpitted"),
+        ({"rate": 10, "growth": -1}, "growth"),
+        ({"rate": 10, "new_window": 0}, "new_window"),
     ],
 )
 def test_bad_config_names_the_field(kwargs, field) -> None:
@@ -153,28 +322,51 @@ def test_retry_after_is_always_a_positive_integer_within_the_cap(rate, cap, pace
     now = 0.0
     for gap, key, cost in arrivals:
         now += gap
-        if g.try_admit(cost, DEFAULT, now):
-            continue
-        d = g.decide(cost, DEFAULT, key, now)
-        if d.verdict is Verdict.REJECT:
+        d = admit(g, now, key=key, cost=cost)
+        held = now
+        while d is not None and d.delay:
+            assert (0 <= d.delay <= pace + 1e-9) if d.verdict is Verdict.PACE else d.delay <= g.tarpit
+            held += d.delay
+            d = g.end_hold(d, held)
+        if d is not None and d.verdict is Verdict.REJECT:
             assert isinstance(d.retry_after, int) and 1 <= d.retry_after <= cap
-        elif d.verdict is Verdict.PACE:
-            assert 0 <= d.delay <= pace + 1e-9
-            g.release_waiter()
 
 
-def test_priority_is_exported() -> None:
-    assert Priority("x").reserve == 0.0
+@settings(max_examples=150, deadline=None)
+@given(
+    rate=st.floats(1, 500),
+    burst=st.floats(1, 20),
+    arrivals=st.lists(st.tuples(st.floats(0, 0.3), st.integers(0, 30)), min_size=1, max_size=300),
+)
+def test_what_goes_in_never_exceeds_rate_times_t_plus_burst(rate, burst, arrivals) -> None:
+    """Whatever mix of new and returning clients arrives, admissions (held ones when their hold ends)
+    stay within rate·t + burst over every interval: the schedule only says when a client may come."""
+    g = Gate(rate, burst, max_pacing_delay=1.0, now=0.0)
+    pending: list[tuple[float, object, int]] = []  # (when a hold ends, decision, key)
+    admitted: list[float] = []
+    now = 0.0
 
+    def settle(until: float) -> None:
+        pending.sort(key=lambda p: p[0])
+        while pending and pending[0][0] <= until:
+            at, d, _ = pending.pop(0)
+            after = g.end_hold(d, at)
+            if after is not None and after.delay:
+                pending.append((at + after.delay, after, 0))
+                pending.sort(key=lambda p: p[0])
+            elif after is not None and after.verdict is not Verdict.REJECT:
+                admitted.append(at)
 
-def test_a_standing_pacing_queue_stops_pacing_fresh_arrivals_for_long() -> None:
-    gate = Gate(100, 1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1, now=0.0)
-    assert gate.try_admit(1, DEFAULT, 0.0)
-    for i in range(100):  # about one second of promises, from t = 0
-        assert gate.decide(1, DEFAULT, None, i / 1000).verdict is Verdict.PACE
-    early = gate.decide(1, DEFAULT, None, 0.2)  # not standing yet: paced up to 1.5 s
-    assert early.verdict is Verdict.PACE and early.delay > 0.5
-    late = gate.decide(1, DEFAULT, "k", 0.5)  # standing: a fresh arrival would wait > 0.1 s, so it gets a slot
-    assert late.verdict is Verdict.REJECT
-    back = gate.decide(1, DEFAULT, "k", late.slot - 1.0)  # back a second before its slot: paced in full
-    assert back.verdict is Verdict.PACE
+    for gap, key in arrivals:
+        now += gap
+        settle(now)
+        d = admit(g, now, key=key)
+        if d.delay:
+            pending.append((now + d.delay, d, key))
+        elif d.verdict is Verdict.ADMIT:
+            admitted.append(now)
+    settle(math.inf)
+    admitted.sort()
+    for i in range(len(admitted)):
+        for j in range(i, len(admitted)):
+            assert j - i + 1 <= rate * (admitted[j] - admitted[i]) + burst + 1e-6

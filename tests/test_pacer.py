@@ -39,18 +39,50 @@ def test_wait_time_says_when_the_next_token_exists() -> None:
     assert p.wait_time(1, 1.0) == 0.0
 
 
+def wait(p: TokenPacer, cost: float, now: float, max_wait: float, keep: float = 0.0) -> float | None:
+    place = p.reserve(cost, now, max_wait, keep)
+    return None if place is None else max(0.0, p.due_in(place, now))
+
+
 def test_reserve_queues_later_callers_behind_earlier_ones() -> None:
     p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=5)
-    assert p.reserve(1, 0.0, max_wait=1.0) == 0.0
-    assert p.reserve(1, 0.0, max_wait=1.0) == pytest.approx(0.1)
-    assert p.reserve(1, 0.0, max_wait=1.0) == pytest.approx(0.2)
+    assert wait(p, 1, 0.0, max_wait=1.0) == 0.0
+    assert wait(p, 1, 0.0, max_wait=1.0) == pytest.approx(0.1)
+    assert wait(p, 1, 0.0, max_wait=1.0) == pytest.approx(0.2)
     assert p.reserve(1, 0.0, max_wait=0.25) is None  # would wait 0.3 s
     assert p.tokens(0.0) == pytest.approx(-2.0)
 
 
+def test_a_reservation_comes_due_sooner_when_the_rate_rises_and_later_when_it_falls() -> None:
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=5)
+    p.try_take(1, 0.0)
+    a, b = p.reserve(1, 0.0, 1.0), p.reserve(1, 0.0, 1.0)
+    assert a is not None and b is not None
+    p.set_rate(20, 0.05)  # a was due at 0.1 s, b at 0.2 s: what is left of each halves
+    assert (p.due_in(a, 0.05), p.due_in(b, 0.05)) == pytest.approx((0.025, 0.075))
+    p.set_rate(15, 0.06)  # a shallow cut keeps the epoch: the places stand, and come due later
+    assert p.epoch == 0 and p.due_in(b, 0.06) == pytest.approx((2.0 - 0.7) / 15)  # refilled by 0.06 s: 0.5 + 0.2
+
+
+def test_a_deep_cut_starts_an_epoch_and_forgives_the_debt_of_the_old_one() -> None:
+    p = TokenPacer(100, 10, now=0.0, max_debt=150)
+    for _ in range(60):  # 10 from the bucket, then 50 reserved ahead: half a second of promises at 100/s
+        assert p.reserve(1, 0.0, 1.5) is not None
+    assert p.tokens(0.0) == pytest.approx(-50)
+    p.set_rate(60, 0.0)  # not below half the highest rate: same epoch, the debt stands
+    assert p.epoch == 0 and p.tokens(0.0) == pytest.approx(-50)
+    p.set_rate(40, 0.0)  # below half: a new epoch; the held requests will reserve again
+    assert p.epoch == 1 and p.tokens(0.0) == 0.0
+    p.set_rate(100, 1.0)
+    p.set_rate(60, 1.0)  # half of the highest rate since the epoch began (100), not of 40
+    assert p.epoch == 1
+    p.set_rate(49, 1.0)
+    assert p.epoch == 2
+
+
 def test_reserve_respects_the_debt_floor() -> None:
     p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=1)
-    assert p.reserve(1, 0.0, max_wait=10) == 0.0
+    assert wait(p, 1, 0.0, max_wait=10) == 0.0
     assert p.reserve(1, 0.0, max_wait=10) is not None
     assert p.reserve(1, 0.0, max_wait=10) is None
 
@@ -98,9 +130,9 @@ def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs
         now += gap
         if cost > burst:
             continue
-        wait = p.reserve(cost, now, max_wait=pace)
-        if wait is not None:
-            admitted.append((now + wait, cost))
+        delay = wait(p, cost, now, max_wait=pace)
+        if delay is not None:
+            admitted.append((now + delay, cost))
     admitted.sort()
     times = [t for t, _ in admitted]
     for i in range(len(admitted)):
@@ -108,13 +140,3 @@ def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs
         for j in range(i, len(admitted)):
             total += admitted[j][1]
             assert total <= rate * (times[j] - times[i]) + burst + 1e-6
-
-
-def test_a_debt_keeps_its_length_in_seconds_across_a_rate_change() -> None:
-    p = TokenPacer(100, 10, now=0.0, max_debt=150)
-    for _ in range(60):  # 10 from the bucket, then 50 reserved ahead: half a second of promises
-        assert p.reserve(1, 0.0, 1.5) is not None
-    assert p.tokens(0.0) == pytest.approx(-50)
-    p.set_rate(50, 0.0)
-    assert p.tokens(0.0) == pytest.approx(-25)  # still half a second
-    assert p.wait_time(1, 0.0) == pytest.approx(26 / 50)
