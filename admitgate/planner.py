@@ -240,7 +240,8 @@ def prevent(clients: int, headroom: float, period: float, *, eps: float | None =
 
 def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float:
     """Recovery mode: the least T with ∫_0^T H(t) dt = backlog, for H(t) piecewise linear through
-    ``headroom`` points (t seconds, H requests/s) and constant after the last one.
+    ``headroom`` points (t seconds, H requests/s) and constant after the last one. Points at the same
+    time are a step, taken in the order given: ``[(0, 180), (2, 180), (2, 80)]`` steps down at 2 s.
 
     >>> drain_time(1000, [(0, 100)])
     10.0
@@ -248,12 +249,17 @@ def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float
     12.5
     """
     _positive("backlog", backlog)
-    points = sorted(headroom)
-    if not points or points[0][0] != 0:
-        raise ConfigError("ramp", "needs a point at t = 0", points)
-    for t, rate in points:
+    for point in headroom:
+        if not isinstance(point, (tuple, list)) or len(point) != 2:
+            raise ConfigError("ramp", "expected (t, H) pairs", point)
+        t, rate = point
         _positive("ramp", rate, allow_zero=True)
         _positive("ramp", t, allow_zero=True)
+    # Sort on time only, stably: two points at one time are a step, and their given order says which way
+    # it goes (sorting on (t, H) would turn every step down into a step up).
+    points = sorted(headroom, key=lambda point: point[0])
+    if not points or points[0][0] != 0:
+        raise ConfigError("ramp", "needs a point at t = 0", points)
     if points[-1][1] <= 0:
         raise ConfigError("ramp", "the final headroom must be > 0", points)
     done = 0.0
