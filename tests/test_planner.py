@@ -2,6 +2,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from admitgate import ConfigError
 from admitgate.cli import main
@@ -115,3 +117,26 @@ def test_drain_time_rejects_malformed_points() -> None:
         drain_time(100, [(0, 100, 5)])
     with pytest.raises(ConfigError, match="ramp"):
         drain_time(100, [(0, float("nan"))])
+
+
+ANY_NUMBER = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**13))
+
+
+@settings(max_examples=300, deadline=None)
+@given(clients=st.integers(-5, 10**13), headroom=st.floats(allow_nan=True, allow_infinity=True), eps=st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True)), extra=st.dictionaries(st.sampled_from(
+        ["service_time", "connections", "retry_after", "remaining", "reset", "deadline", "sla_p95", "cost_capacity",
+         "cost_wait"]), ANY_NUMBER))  # fmt: skip
+def test_plan_is_a_finite_answer_or_a_config_error(clients, headroom, eps, extra) -> None:
+    extra = {k: v for k, v in extra.items() if v is not None}
+    if "retry_after" not in extra:
+        extra["retry_after"] = 0.0
+    try:
+        p = plan(clients, headroom, eps=eps, **extra)
+    except ConfigError:
+        return
+    if p.feasible:
+        assert math.isfinite(p.window) and 0 < p.window <= p.upper and p.window >= p.lower
+        assert math.isfinite(p.expected_wait) and math.isfinite(p.p95_wait)
+    else:
+        assert p.window is None and p.conflict and p.remedies
