@@ -22,7 +22,10 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+try:
+    import httpx
+except ImportError as exc:  # the transports are httpx transports: the 'client' extra brings httpx
+    raise ImportError("admitgate.client needs httpx: pip install 'admitgate[client]'", name=exc.name) from exc
 
 from .backoff import Uniform, backoff_delay, check_jitter, server_delay
 from .clock import Clock

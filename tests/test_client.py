@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -197,3 +199,10 @@ def test_a_herd_of_helper_clients_drains_through_a_real_gate(serve) -> None:
     assert statuses == [200] * 300
     waited = [s for st_ in stats for s in st_.sleeps]
     assert waited and min(waited) >= 1.0  # every retry slept at least the server's Retry-After
+
+
+def test_without_httpx_the_import_error_names_the_extra() -> None:
+    code = ("import sys\nsys.modules['httpx'] = None  # as if httpx were not installed\n"
+            "try:\n    import admitgate.client\nexcept ImportError as exc:\n    print(exc)\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "admitgate.client needs httpx: pip install 'admitgate[client]'"
