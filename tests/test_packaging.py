@@ -41,7 +41,8 @@ def test_every_import_of_the_core_package_is_a_declared_dependency() -> None:
     declared = {name(r) for r in PROJECT["dependencies"]}
     for module in core:
         for imported in top_level_imports(ROOT / "admitgate" / f"{module}.py"):
-            assert {name(d) for d in distributions[imported]} & declared, (module, imported)
+            # Python 3.10 maps only distributions that ship top_level.txt; the others are named as imported
+            assert {name(d) for d in distributions.get(imported, [imported])} & declared, (module, imported)
 
 
 def test_no_extra_lists_a_distribution_twice() -> None:
