@@ -67,16 +67,31 @@ def jittered_delay(
     return uniform(0.0, window)
 
 
+def server_delay_jitter(
+    told: float, *, fraction: float = 0.1, cap: float = 1.0, uniform: Uniform = random.uniform
+) -> float:
+    """A server's delay ``told`` (seconds) plus U(0, min(cap, fraction·told)): never earlier than told.
+
+    Clients told the same Retry-After must not come back together. The jitter is bounded so that it
+    cannot defeat the server's schedule or the caller's deadline: a fraction of the delay, and at most
+    ``cap`` (1 s by default, the resolution of Retry-After itself, so a client stays within the second
+    it was told).
+    """
+    return told + uniform(0.0, min(cap, fraction * told))
+
+
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     """Seconds to wait from a Retry-After value: delay-seconds or an HTTP-date; None if malformed.
 
-    Never raises. A date in the past means 0.
+    Never raises. A date in the past means 0. Delay-seconds are ASCII digits only (RFC 9110 §10.2.3):
+    ``"³"`` or ``"٣"`` are digits to :meth:`str.isdigit` but no hint here. A delay too long for a float
+    is infinite (the caller gives up rather than retrying at once).
     """
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(int(value))
+    if value.isascii() and value.isdigit():
+        return float(value)
     try:
         parsed = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -86,7 +101,7 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     return max(0.0, parsed.timestamp() - now_wall)
 
 
-_T_PARAM = re.compile(r";\s*t\s*=\s*(\d{1,15})(?=\s*(?:;|,|$))")
+_T_PARAM = re.compile(r";\s*t\s*=\s*([0-9]{1,15})(?=\s*(?:;|,|$))", re.ASCII)
 
 
 def parse_ratelimit_reset(value: str | None) -> float | None:

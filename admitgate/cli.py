@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from . import __version__
 from .errors import ConfigError
 
 
@@ -75,7 +78,7 @@ def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
     summary = summarise(result, headroom)
     summary["gate"] = args.gate
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(_json(summary))
     else:
         _print_summary(summary, capacity, args.background)
     return 0 if summary["finished"] == summary["clients"] else 1
@@ -118,13 +121,12 @@ def _plan(args: argparse.Namespace) -> int:
         t = drain_time(args.clients, points)
         out["recovery"] = {"ramp": points, "drain_s": t}
         lines.append(f"recovery: backlog {args.clients:,} drains in {t:.3f} s under the headroom ramp {points}")
-    print(json.dumps(out, indent=2, default=str) if args.json else "\n".join(lines))
+    print(_json(out) if args.json else "\n".join(lines))
     return 0 if result.feasible else 1
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    import tomllib
-
+    from .config import tomllib
     from .sim import scenario_from, simulate, stderr_progress
 
     if args.scenario and args.scenario.endswith(".toml"):
@@ -134,13 +136,17 @@ def _simulate(args: argparse.Namespace) -> int:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError("scenario", f"cannot read {args.scenario}: {exc}") from None
     else:
-        spec = args.scenario or "cache-expiry"
+        spec = args.scenario
     overrides = {"clients": args.clients, "policy": args.policy, "seed": args.seed,
                  "ignore_fraction": args.ignore_fraction, "spread": args.spread, "edge_cpu": args.edge_cpu}  # fmt: skip
     runs = []
     for gate in (True, False) if not args.gate_only else (True,):
         scenario = scenario_from(spec, gate=gate, **overrides)
-        runs.append(simulate(scenario, stderr_progress if not args.json else None))
+        if args.json:
+            runs.append(simulate(scenario))
+        else:
+            with stderr_progress(scenario.duration) as progress:
+                runs.append(simulate(scenario, progress))
     if not args.json and not args.plot:
         for run in runs:
             del run["series"]
@@ -149,7 +155,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
         plot(runs, args.plot)
     if args.json:
-        print(json.dumps(runs, indent=2))
+        print(_json(runs))
         return 0
     print(f"{runs[0]['scenario']}: {runs[0]['clients']:,} clients, bound M/H = {runs[0]['bound_s']} s")
     keys = ["drain_s", "drain_ratio", "edge_peak_to_avg", "upstream_peak_to_avg", "peak_concurrency", "server_5xx",
@@ -158,7 +164,29 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"{'':22s}" + "".join(f"{r['gate']:>14s}" for r in runs))
     for k in keys:
         print(f"{k:22s}" + "".join(f"{r[k]!s:>14s}" for r in runs))
+    for r in runs:
+        if r["finished"] < r["clients"]:
+            why = (f"stopped at its time limit of {scenario.duration:g} simulated seconds (the scenario's duration)"
+                   if r["simulated_s"] is not None else "ran out of events")  # fmt: skip
+            print(f"{r['gate']}: {r['clients'] - r['finished']:,} of {r['clients']:,} clients had not finished when "
+                  f"the run {why}: drain_s inf means not drained")  # fmt: skip
     return 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, since strict JSON has no Infinity or NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    """Strict JSON (RFC 8259): an infinite or undefined figure is written as null."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
 
 
 def _number(name: str, raw: str) -> float:
@@ -178,22 +206,31 @@ def _ramp(raw: str) -> list[tuple[float, float]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="admitgate", description="ASGI admission control that spreads herds.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="serve the demo app behind the gate, or fire a herd at it (--herd N)")
-    demo.add_argument("--host", default="127.0.0.1")
-    demo.add_argument("--port", type=int, default=8000)
-    demo.add_argument("--gate", choices=["admitgate", "none", "slowapi"], default="admitgate")
-    demo.add_argument("--spread", choices=["schedule", "jitter"], default="schedule")
-    demo.add_argument("--workers", type=int, default=20, help="upstream workers K (default 20)")
-    demo.add_argument("--service-time", type=float, default=0.1, help="seconds per request (default 0.1)")
-    demo.add_argument("--queue-timeout", type=float, default=1.0, help="503 after waiting this long for a worker")
-    demo.add_argument("--herd", type=int, default=0, metavar="N", help="release N obeying clients and summarise")
-    demo.add_argument("--background", type=float, default=20.0, help="critical background req/s during the herd")
-    demo.add_argument("--ignore-fraction", type=float, default=0.0, help="share of clients ignoring Retry-After")
+    demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default: %(default)s)")
+    demo.add_argument("--port", type=int, default=8000, help="port to serve on (default: %(default)s)")
+    demo.add_argument("--gate", choices=["admitgate", "none", "slowapi"], default="admitgate",
+                      help="what guards the demo app (default: %(default)s)")  # fmt: skip
+    demo.add_argument("--spread", choices=["schedule", "jitter"], default="schedule",
+                      help="how Retry-After spreads a herd (default: %(default)s)")  # fmt: skip
+    demo.add_argument("--workers", type=int, default=20, help="upstream workers K (default: %(default)s)")
+    demo.add_argument("--service-time", type=float, default=0.1, help="seconds per request (default: %(default)s)")
+    demo.add_argument("--queue-timeout", type=float, default=1.0,
+                      help="503 after waiting this long for a worker, seconds (default: %(default)s)")  # fmt: skip
+    demo.add_argument("--herd", type=int, default=0, metavar="N",
+                      help="release N obeying clients and summarise (default: %(default)s, just serve)")  # fmt: skip
+    demo.add_argument("--background", type=float, default=20.0,
+                      help="critical background req/s during the herd (default: %(default)s)")  # fmt: skip
+    demo.add_argument("--ignore-fraction", type=float, default=0.0,
+                      help="share of clients ignoring Retry-After (default: %(default)s)")  # fmt: skip
     demo.add_argument("--unrecognisable", action="store_true", help="new connection per try, no cookies")
-    demo.add_argument("--deadline", type=float, default=90.0, help="bound on the herd run, seconds")
-    demo.add_argument("--json", action="store_true")
-    demo.add_argument("--quiet", action="store_true")
+    demo.add_argument(
+        "--deadline", type=float, default=90.0, help="bound on the herd run, seconds (default: %(default)s)"
+    )
+    demo.add_argument("--json", action="store_true", help="print the herd summary as JSON")
+    demo.add_argument("--quiet", action="store_true", help="no start-up line")
     demo.set_defaults(func=_demo)
 
     plan = sub.add_parser("plan", help="size the minimum safe jitter window for a cohort")
@@ -201,8 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--headroom", "-H", type=float, required=True, help="headroom H, requests/s")
     plan.add_argument("--service-time", type=float, help="tail (p90-p95) service time s, seconds")
     plan.add_argument("--connections", type=float, help="spare connections K")
-    plan.add_argument("--eps", default="0.01", help="overflow probability tolerance in (0, 1), or 'off'")
-    plan.add_argument("--retry-after", type=float, default=0.0, help="Retry-After offset Δ, seconds")
+    plan.add_argument("--eps", default="0.01",
+                      help="overflow probability tolerance in [1e-12, 1), or 'off' (default: %(default)s)")  # fmt: skip
+    plan.add_argument("--retry-after", type=float, default=0.0,
+                      help="Retry-After offset Δ, seconds (default: %(default)s)")  # fmt: skip
     plan.add_argument("--remaining", type=float, help="server rate limit: requests remaining R")
     plan.add_argument("--reset", type=float, help="server rate limit: seconds until reset")
     plan.add_argument("--deadline", type=float, help="hard deadline D on the last arrival, seconds")
@@ -211,20 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--cost-wait", type=float, help="cost per request-second of wait")
     plan.add_argument("--period", type=float, help="prevention mode: period T of the synchronised task")
     plan.add_argument("--ramp", help="recovery mode: headroom ramp as t:H points, e.g. 0:500,10:2000")
-    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (null where a figure is infinite)")
     plan.set_defaults(func=_plan)
 
     sim = sub.add_parser("simulate", help="run a herd against the real gate on a virtual clock")
-    sim.add_argument("scenario", nargs="?", help="a scenario.toml, or an embedded scenario name")
-    sim.add_argument("--clients", type=int)
-    sim.add_argument("--policy", help="obey, obey-jitter, ignore, full, equal, decorrelated")
-    sim.add_argument("--ignore-fraction", type=float)
-    sim.add_argument("--spread", choices=["schedule", "jitter"])
-    sim.add_argument("--seed", type=int)
-    sim.add_argument("--edge-cpu", type=float, help="server CPU seconds per request on one core (default 0)")
+    sim.add_argument("scenario", nargs="?", default="cache-expiry",
+                     help="a scenario.toml, or an embedded scenario name (default: %(default)s)")  # fmt: skip
+    sim.add_argument("--clients", type=int, help="herd size (default: the scenario's)")
+    sim.add_argument("--policy", help="obey, obey-jitter, ignore, full, equal, decorrelated (default: the scenario's)")
+    sim.add_argument("--ignore-fraction", type=float, help="share ignoring Retry-After (default: the scenario's)")
+    sim.add_argument("--spread", choices=["schedule", "jitter"], help="spreading policy (default: the scenario's)")
+    sim.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    sim.add_argument(
+        "--edge-cpu", type=float, help="server CPU seconds per request on one core (default: the scenario's)"
+    )
     sim.add_argument("--gate-only", action="store_true", help="skip the run without the gate")
     sim.add_argument("--plot", metavar="PNG", help="save a plot (needs the 'plot' extra: matplotlib)")
-    sim.add_argument("--json", action="store_true")
+    sim.add_argument("--json", action="store_true", help="print the runs as JSON (null where a figure is infinite)")
     sim.set_defaults(func=_simulate)
     return parser
 

@@ -7,30 +7,39 @@
     async with httpx.AsyncClient(transport=transport) as client:
         response = await client.get("https://api.example/items")
 
-A request is retried only for retryable outcomes (429, 500, 502, 503, 504; connect and read
-timeouts; connection failures, DNS included), only for idempotent methods unless it carries an
-``Idempotency-Key``, never earlier than the server's Retry-After (or RateLimit ``t``), within a
-retry budget, and only when the retry can still finish before the caller's deadline. Skipped
-retries are counted. Randomness and sleeping are injectable for tests.
+A request is retried only for retryable outcomes (429, 500, 502, 503, 504; timeouts, network
+errors and a connection the server closed without answering, as httpx-retries and urllib3 do),
+only for idempotent methods unless it carries an ``Idempotency-Key``, never earlier than the
+server's Retry-After (or RateLimit ``t``) and a little later than it (bounded jitter), within a
+retry budget, and only when the retry can still finish before the caller's deadline. Retries carry
+the cookies the server set on the responses they follow. Skipped retries are counted. Randomness
+and sleeping are injectable for tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+try:
+    import httpx
+except ImportError as exc:  # the transports are httpx transports: the 'client' extra brings httpx
+    raise ImportError("admitgate.client needs httpx: pip install 'admitgate[client]'", name=exc.name) from exc
 
-from .backoff import Uniform, backoff_delay, check_jitter, server_delay
+from .backoff import Uniform, backoff_delay, check_jitter, server_delay, server_delay_jitter
 from .clock import Clock
-from .errors import integer, non_negative, positive
+from .errors import ConfigError, integer, non_negative, positive
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-RETRY_EXCEPTIONS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout)
+#: Transient transport failures, safe to retry for an idempotent request: every timeout (connect, read, write,
+#: pool), every network error (connect, read, write, close) and a connection the server closed without an
+#: answer, as when a keep-alive connection is reused at the moment the server's idle timeout closes it.
+RETRY_EXCEPTIONS: tuple[type[Exception], ...] = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class RetryBudget:
@@ -82,8 +91,11 @@ class RetryPolicy:
     """How to retry. Times in seconds.
 
     ``attempts``: total tries including the first. ``base``/``cap``/``jitter``: the backoff.
+    ``retry_after_jitter``/``retry_after_jitter_cap``: a server's Retry-After ``d`` is slept as
+    ``d + U(0, min(cap, fraction·d))``, never earlier than ``d`` and at most 10 % or 1 s later by default,
+    so clients told the same value do not come back together (0 sleeps exactly ``d``).
     ``deadline``: the whole call must finish within this many seconds of its start (None: no gate);
-    a retry is skipped when its delay plus the last attempt's duration would cross it.
+    a retry is skipped when its delay (jitter included) plus the last attempt's duration would cross it.
     ``max_retry_after``: a Retry-After longer than this ends the retries instead of sleeping.
     """
 
@@ -91,6 +103,8 @@ class RetryPolicy:
     base: float = 0.1
     cap: float = 20.0
     jitter: str = "full"
+    retry_after_jitter: float = 0.1
+    retry_after_jitter_cap: float = 1.0
     deadline: float | None = None
     max_retry_after: float = 300.0
     statuses: frozenset[int] = RETRY_STATUSES
@@ -101,6 +115,10 @@ class RetryPolicy:
         positive("base", self.base)
         positive("cap", self.cap)
         check_jitter(self.jitter)
+        if not 0 <= non_negative("retry_after_jitter", self.retry_after_jitter) <= 1:
+            raise ConfigError("retry_after_jitter", "must be a fraction of the server's delay, in [0, 1]",
+                              self.retry_after_jitter)  # fmt: skip
+        non_negative("retry_after_jitter_cap", self.retry_after_jitter_cap)
         if self.deadline is not None:
             positive("deadline", self.deadline)
         positive("max_retry_after", self.max_retry_after)
@@ -138,6 +156,8 @@ class _Retrier:
                 if told > p.max_retry_after:
                     self.stats.exhausted += 1
                     return None
+                told = server_delay_jitter(told, fraction=p.retry_after_jitter, cap=p.retry_after_jitter_cap,
+                                           uniform=self.uniform)  # fmt: skip
                 delay = max(delay, told)  # never earlier than the server said
         if p.deadline is not None and self.clock() - started + delay + attempt_time > p.deadline:
             self.stats.skipped_deadline += 1
@@ -167,6 +187,7 @@ def _retry_steps(r: _Retrier, request: httpx.Request) -> Generator[tuple, object
     started = r.begin()
     retryable = r.retryable_request(request)
     attempt, previous = 0, None
+    jar: httpx.Cookies | None = None  # what the responses to this call set, for the retries
     while True:
         t0 = r.clock()
         outcome = yield _Send
@@ -185,9 +206,44 @@ def _retry_steps(r: _Retrier, request: httpx.Request) -> Generator[tuple, object
             if delay is None:
                 yield ("return", outcome)
                 return
+            if "set-cookie" in outcome.headers:
+                jar = jar if jar is not None else httpx.Cookies()
+                _carry_cookies(request, outcome, jar)
             yield ("discard", outcome)
         yield ("sleep", delay)
         attempt, previous = attempt + 1, delay
+
+
+def _carry_cookies(request: httpx.Request, response: httpx.Response, jar: httpx.Cookies) -> None:
+    """Put the cookies ``response`` sets on ``request``, which is about to be retried.
+
+    A transport sits below the client's cookie jar, which sees only the final response; a server that
+    knows a returning client by a cookie (admitgate's ``admitgate_rt`` retry ticket) must see it on the
+    retries. ``jar`` keeps what this call's responses set, with the usual domain, path and expiry rules;
+    a cookie the request carries is replaced by a newer value of the same name, the others are kept.
+    """
+    response.request = request
+    jar.extract_cookies(response)
+    for cookie in list(jar.jar):  # only what RFC 6265 §4.1.1 allows can go on the wire again
+        if cookie.value is None or not (_COOKIE_NAME.fullmatch(cookie.name) and _COOKIE_VALUE.fullmatch(cookie.value)):
+            jar.jar.clear(cookie.domain, cookie.path, cookie.name)
+    probe = httpx.Request(request.method, request.url)
+    jar.set_cookie_header(probe)
+    fresh = _cookie_pairs(probe.headers.get("cookie", ""))
+    if fresh:
+        names = {name for name, _ in fresh}
+        kept = [pair for pair in _cookie_pairs(request.headers.get("cookie", "")) if pair[0] not in names]
+        request.headers["cookie"] = "; ".join(f"{name}={value}" for name, value in kept + fresh)
+
+
+_COOKIE_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a token
+_COOKIE_VALUE = re.compile(r'"?[\x21\x23-\x2B\x2D-\x3A\x3C-\x5B\x5D-\x7E]*"?')  # cookie-octets, maybe quoted
+
+
+def _cookie_pairs(header: str) -> list[tuple[str, str]]:
+    """``"a=1; b=2"`` -> ``[("a", "1"), ("b", "2")]`` (a Cookie header, RFC 6265 §4.2.1)."""
+    pairs = (item.strip().partition("=") for item in header.split(";"))
+    return [(name, value) for name, _, value in pairs if name]
 
 
 class _Retrying:

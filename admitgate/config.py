@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
+    import tomli as tomllib
 
 from .errors import ConfigError
 from .estimators import ESTIMATORS, estimator_from_config

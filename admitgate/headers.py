@@ -12,7 +12,8 @@ Rejections carry:
 * ``Access-Control-Expose-Headers`` naming them, so browser code can read them, and
   ``Cache-Control: no-store`` (a 429 must not be cached, RFC 6585 §4).
 
-The body is ``application/problem+json`` (RFC 9457) with the draft's problem types.
+The body is ``application/problem+json`` (RFC 9457) with the draft's problem types, unless the
+policy's ``body`` hook renders the app's own error format.
 Quota ``q`` per window ``w`` describes the current headroom: ``w`` is the smallest whole
 number of seconds in which at least one request is allowed, ``q = floor(rate * w)``.
 """
@@ -20,11 +21,18 @@ number of seconds in which at least one request is allowed, ``q = floor(rate * w
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Callable
 
 from .errors import ConfigError
 
 Header = tuple[bytes, bytes]
+#: ``body(status, retry_after, policy_name) -> (body bytes, content type)``: a rejection's body in the app's format.
+BodyHook = Callable[[int, int, str], tuple[bytes, str]]
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("admitgate")
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
@@ -51,11 +59,14 @@ class HeaderPolicy:
 
     ``policy_name``: the draft's policy name. ``draft``: send ``RateLimit``/``RateLimit-Policy``.
     ``legacy``: also send ``X-RateLimit-*``. ``on_admit``: also put the rate-limit fields on
-    admitted responses. ``status``: 429 (default) or 503 for rejections.
+    admitted responses. ``status``: 429 (default) or 503 for rejections. ``body``: a :data:`BodyHook`
+    for apps that must keep their own error format; it is called once per distinct rejection (the
+    rendering is cached), so it must depend on its arguments only. It is tried once at construction;
+    if it later fails, the rejection falls back to the problem document and a warning is logged.
     """
 
-    __slots__ = ("_expose", "_name", "_policy_cache", "_rejections", "draft", "legacy", "on_admit", "policy_name",
-                 "status")  # fmt: skip
+    __slots__ = ("_expose", "_name", "_policy_cache", "_rejections", "body", "draft", "legacy", "on_admit",
+                 "policy_name", "status")  # fmt: skip
 
     def __init__(
         self,
@@ -65,9 +76,18 @@ class HeaderPolicy:
         legacy: bool = False,
         on_admit: bool = False,
         status: int = 429,
+        body: BodyHook | None = None,
     ) -> None:
         if status not in _TITLES:
             raise ConfigError("status", "must be 429 or 503", status)
+        if body is not None:
+            if not callable(body):
+                raise ConfigError("body", "must be a callable (status, retry_after, policy_name) -> (bytes, str)", body)
+            try:
+                _checked_body(body(status, 1, policy_name))
+            except Exception as exc:
+                raise ConfigError("body", f"the hook failed on (status={status}, retry_after=1): {exc!r}") from exc
+        self.body = body
         self._name = sf_string(policy_name)
         self.policy_name = policy_name
         self.draft, self.legacy, self.on_admit, self.status = draft, legacy, on_admit, status
@@ -121,9 +141,9 @@ class HeaderPolicy:
         return list(cached[0]), cached[1]
 
     def _render_rejection(self, retry_after: int, rate: float) -> tuple[list[Header], bytes]:
-        body = problem_body(self.status, retry_after, self.policy_name)
+        body, content_type = self._body(retry_after)
         headers = [
-            (b"content-type", b"application/problem+json"),
+            (b"content-type", content_type.encode()),
             (b"content-length", str(len(body)).encode()),
             (b"retry-after", str(retry_after).encode()),
             (b"cache-control", b"no-store"),
@@ -131,6 +151,26 @@ class HeaderPolicy:
             (b"access-control-expose-headers", self._expose),
         ]
         return headers, body
+
+    def _body(self, retry_after: int) -> tuple[bytes, str]:
+        if self.body is not None:
+            try:
+                return _checked_body(self.body(self.status, retry_after, self.policy_name))
+            except Exception:  # a rejection must still go out: a 500 in a herd would be worse
+                log.warning("admitgate: the 429 body hook failed; sending the problem document", exc_info=True)
+        return problem_body(self.status, retry_after, self.policy_name), PROBLEM_JSON
+
+
+def _checked_body(result: object) -> tuple[bytes, str]:
+    """A hook's ``(body, content_type)``, or ConfigError: bytes, and a content type fit for a header."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ConfigError("body", "the hook must return (body bytes, content type)", result)
+    body, content_type = result
+    if not isinstance(body, (bytes, bytearray)):
+        raise ConfigError("body", "the body must be bytes", type(body).__name__)
+    if not isinstance(content_type, str) or not content_type or any(not 0x20 <= ord(c) <= 0x7E for c in content_type):
+        raise ConfigError("body", "the content type must be non-empty printable ASCII", content_type)
+    return bytes(body), content_type
 
 
 def problem_body(status: int, retry_after: int, policy: str = "admitgate") -> bytes:

@@ -28,6 +28,14 @@ from dataclasses import asdict, dataclass, field
 from .errors import ConfigError, integer
 from .poisson import max_safe_rate, normal_safe_rate
 
+#: The smallest overflow tolerance ε: the normal approximation needs Φ⁻¹(1 − ε), and 1 − ε in double
+#: precision is off by up to 1.1e-16, which is 0.01 % of 1e-12 (and all of ε below 1.1e-16).
+MIN_EPS = 1e-12
+#: Beyond these the Poisson tail takes seconds and loses its precision, and M/H its exactness: no one
+#: service sees a billion requests a second, nor a cohort of 10¹² clients.
+MAX_HEADROOM = 1e9
+MAX_CLIENTS = 10**12
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -122,15 +130,19 @@ def plan(
 ) -> Plan:
     """Size the jitter window for ``clients`` against ``headroom`` requests/s (see the module docstring)."""
     integer("clients", clients, 1)
+    if clients > MAX_CLIENTS:
+        raise ConfigError("clients", f"must be <= {MAX_CLIENTS:,}", clients)
     _positive("headroom", headroom)
+    if headroom > MAX_HEADROOM:
+        raise ConfigError("headroom", f"must be <= {MAX_HEADROOM:g} requests/s", headroom)
     for name, value in (("service_time", service_time), ("connections", connections), ("reset", reset),
                         ("deadline", deadline), ("sla_p95", sla_p95), ("cost_capacity", cost_capacity),
                         ("cost_wait", cost_wait)):  # fmt: skip
         _positive(name, value)
     _positive("retry_after", retry_after, allow_zero=True)
     _positive("remaining", remaining, allow_zero=True)
-    if eps is not None and not (isinstance(eps, (int, float)) and 0 < eps < 1):
-        raise ConfigError("eps", "must be in (0, 1)", eps)
+    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and MIN_EPS <= eps < 1):
+        raise ConfigError("eps", f"must be in [{MIN_EPS:g}, 1): smaller tolerances are lost to rounding in 1 − ε", eps)
     if (service_time is None) != (connections is None):
         missing = "connections" if connections is None else "service_time"
         raise ConfigError(missing, "needs service_time and connections together")
@@ -138,6 +150,8 @@ def plan(
         raise ConfigError("reset" if reset is None else "remaining", "needs remaining and reset together")
     if (cost_capacity is None) != (cost_wait is None):
         raise ConfigError("cost_wait" if cost_wait is None else "cost_capacity", "needs both cost terms")
+    if cost_capacity is not None and cost_wait is not None and not math.isfinite(2 * cost_capacity / cost_wait):
+        raise ConfigError("cost_wait", "cost_capacity / cost_wait overflows", cost_wait)
 
     m, h = clients, float(headroom)
     bounds = [Bound("rate", "lower", m / h, f"M/H = {m:,}/{h:g}")]
@@ -167,7 +181,7 @@ def plan(
     low = max(lowers, key=lambda b: b.seconds)
     high = min(uppers, key=lambda b: b.seconds) if uppers else None
     upper = high.seconds if high else math.inf
-    feasible = low.seconds <= upper and upper > 0
+    feasible = math.isfinite(low.seconds) and low.seconds <= upper and upper > 0
     optimum = None
     if cost_capacity is not None and cost_wait is not None and feasible:
         w_star = math.sqrt(2 * cost_capacity / cost_wait)
@@ -175,11 +189,15 @@ def plan(
         cap, wait = cost_capacity * m / w, cost_wait * m * w / 2
         optimum = Optimum(w_star, w, cap, wait, cap + wait)
     if not feasible:
-        assert high is not None
-        conflict = f"{low.name} needs W >= {low.seconds:.3f} s but {high.name} allows W <= {max(upper, 0):.3f} s"
+        if not math.isfinite(low.seconds):
+            conflict = f"{low.name} allows no finite window: {low.detail}"
+            remedies = _unbounded_remedies(low, reset)
+        else:
+            assert high is not None
+            conflict = f"{low.name} needs W >= {low.seconds:.3f} s but {high.name} allows W <= {max(upper, 0):.3f} s"
+            remedies = _remedies(m, h, low, high, upper, retry_after, service_time, connections, eps, reset)
         return Plan(m, h, retry_after, tuple(bounds), low.seconds, upper, False, None, None, None, None, None,
-                    exact, normal, None, conflict,
-                    _remedies(m, h, low, high, upper, retry_after, service_time, connections, eps, reset))  # fmt: skip
+                    exact, normal, None, conflict, remedies)  # fmt: skip
     window = optimum.window if optimum else low.seconds
     if not optimum or window == low.seconds:
         binding = low.name
@@ -216,6 +234,12 @@ def _remedies(m: int, h: float, low: Bound, high: Bound, upper: float, delta: fl
     return tuple(out)
 
 
+def _unbounded_remedies(low: Bound, reset: float | None) -> tuple[str, ...]:
+    if low.name == "rate-limit" and reset is not None:
+        return (f"wait for the rate limit to reset (in {reset:g} s) and plan again with the new R",)
+    return (f"the {low.name} bound overflows: give M and H in a range where M/H is finite",)
+
+
 @dataclass(frozen=True)
 class Prevention:
     """Periodic task: full jitter over the period T is safe when M/T is within the safe rate."""
@@ -240,7 +264,8 @@ def prevent(clients: int, headroom: float, period: float, *, eps: float | None =
 
 def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float:
     """Recovery mode: the least T with ∫_0^T H(t) dt = backlog, for H(t) piecewise linear through
-    ``headroom`` points (t seconds, H requests/s) and constant after the last one.
+    ``headroom`` points (t seconds, H requests/s) and constant after the last one. Points at the same
+    time are a step, taken in the order given: ``[(0, 180), (2, 180), (2, 80)]`` steps down at 2 s.
 
     >>> drain_time(1000, [(0, 100)])
     10.0
@@ -248,12 +273,17 @@ def drain_time(backlog: float, headroom: Sequence[tuple[float, float]]) -> float
     12.5
     """
     _positive("backlog", backlog)
-    points = sorted(headroom, key=lambda point: point[0])  # stable: a step keeps its order at equal times
-    if not points or points[0][0] != 0:
-        raise ConfigError("ramp", "needs a point at t = 0", points)
-    for t, rate in points:
+    for point in headroom:
+        if not isinstance(point, (tuple, list)) or len(point) != 2:
+            raise ConfigError("ramp", "expected (t, H) pairs", point)
+        t, rate = point
         _positive("ramp", rate, allow_zero=True)
         _positive("ramp", t, allow_zero=True)
+    # Sort on time only, stably: two points at one time are a step, and their given order says which way
+    # it goes (sorting on (t, H) would turn every step down into a step up).
+    points = sorted(headroom, key=lambda point: point[0])
+    if not points or points[0][0] != 0:
+        raise ConfigError("ramp", "needs a point at t = 0", points)
     if points[-1][1] <= 0:
         raise ConfigError("ramp", "the final headroom must be > 0", points)
     done = 0.0

@@ -19,18 +19,19 @@ computes the same figures for simulated and real herds. Same seed, same result.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import random
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .backoff import backoff_delay
-from .errors import ConfigError
+from .errors import ConfigError, non_negative
 from .estimators import Static
 from .gate import Decision, Gate, Verdict
 from .headroom import LiveHeadroom
@@ -90,6 +91,7 @@ class Scenario:
             raise ConfigError("background_class", f"unknown; known: {known}", self.background_class)
         if not 0 <= self.ignore_fraction <= 1:
             raise ConfigError("ignore_fraction", "must be in [0, 1]", self.ignore_fraction)
+        non_negative("edge_cpu", self.edge_cpu)
         for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, "must be > 0", getattr(self, name))
@@ -486,5 +488,19 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def stderr_progress(t: float) -> None:
-    print(f"\r  simulated {t:8.1f} s", end="", file=sys.stderr, flush=True)
+@contextlib.contextmanager
+def stderr_progress(total: float) -> Iterator[Callable[[float], None]]:
+    """A progress line on stderr for a run of at most ``total`` simulated seconds: yields the callback
+    for :func:`simulate` and, once a line was shown, ends it with a newline when the run is over."""
+    shown = False
+
+    def report(t: float) -> None:
+        nonlocal shown
+        shown = True
+        print(f"\r  simulated {t:8.1f} of at most {total:g} s", end="", file=sys.stderr, flush=True)
+
+    try:
+        yield report
+    finally:
+        if shown:
+            print(file=sys.stderr, flush=True)

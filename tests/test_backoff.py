@@ -3,7 +3,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admitgate import ConfigError
-from admitgate.backoff import backoff_delay, jittered_delay, parse_ratelimit_reset, parse_retry_after, server_delay
+from admitgate.backoff import (
+    backoff_delay,
+    jittered_delay,
+    parse_ratelimit_reset,
+    parse_retry_after,
+    server_delay,
+    server_delay_jitter,
+)
 
 
 def top(a: float, b: float) -> float:
@@ -75,3 +82,29 @@ def test_delays_are_within_zero_and_cap(attempt, base, cap, jitter, u) -> None:
     delay = backoff_delay(attempt, base=base, cap=cap, jitter=jitter, previous=base * 2,
                           uniform=lambda a, b: a + (b - a) * u)  # fmt: skip
     assert 0.0 <= delay <= cap
+
+
+@pytest.mark.parametrize("value", ["³", "٣", "１２", "²⁰", "1e3", "0x10", "+5", "\x00", "Sun, 06 Nov 1994 ³"])
+def test_non_ascii_or_malformed_retry_after_is_no_hint(value: str) -> None:
+    assert parse_retry_after(value, 0) is None  # "³".isdigit() is True, and int("³") raised ValueError
+    assert parse_ratelimit_reset(f'"a";r=0;t={value}') is None
+
+
+def test_a_retry_after_too_long_for_an_int_is_infinite_not_an_error() -> None:
+    assert parse_retry_after("9" * 5000, 0) == float("inf")  # int() refuses 5,000 digits
+    assert parse_retry_after("12345678901234567890", 0) == 12345678901234567890.0
+
+
+def test_server_delay_jitter_is_bounded_and_never_early() -> None:
+    assert server_delay_jitter(7.0, uniform=top) == pytest.approx(7.7)
+    assert server_delay_jitter(30.0, uniform=top) == 31.0
+    assert server_delay_jitter(30.0, uniform=bottom) == 30.0
+    assert server_delay_jitter(0.0, uniform=top) == 0.0
+    assert server_delay_jitter(5.0, fraction=0.0, uniform=top) == 5.0
+
+
+@given(st.text(max_size=40), st.floats(0, 1))
+def test_server_delay_never_raises_on_any_header_text(value: str, u: float) -> None:
+    for headers in ({"retry-after": value}, {"ratelimit": value}, {"ratelimit": f'"a";r=0;t={value}'}):
+        told = server_delay(headers.get, 1e9)
+        assert told is None or told >= 0

@@ -1,11 +1,15 @@
 import json
 
+import httpx
 import pytest
 from http_sfv import List
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
-from admitgate import ConfigError, HeaderPolicy
+from admitgate import AdmitGate, ConfigError, HeaderPolicy
 from admitgate.headers import QUOTA_EXCEEDED, REDUCED_CAPACITY, quota
 
 
@@ -79,3 +83,62 @@ def test_fields_are_valid_structured_fields_and_retry_after_is_not_before_t(retr
     assert limit[0].params["r"] == 0
     assert int(headers["retry-after"]) >= limit[0].params["t"]
     assert headers["retry-after"].isdigit() and int(headers["retry-after"]) >= 1
+
+
+def legacy_error(status: int, retry_after: int, policy: str) -> tuple[bytes, str]:
+    """An app's own error format, kept for 429s too."""
+    doc = {"error": {"code": "RATE_LIMITED", "status": status, "retry_in": retry_after, "policy": policy}}
+    return json.dumps(doc).encode(), "application/vnd.example.error+json"
+
+
+def test_a_body_hook_renders_the_apps_own_error_format() -> None:
+    calls = []
+
+    def hook(status: int, retry_after: int, policy: str) -> tuple[bytes, str]:
+        calls.append((status, retry_after, policy))
+        return legacy_error(status, retry_after, policy)
+
+    p = HeaderPolicy(body=hook, policy_name="api", status=503)
+    headers, body = p.rejection(7, 20.0)
+    h = as_dict(headers)
+    assert json.loads(body) == {"error": {"code": "RATE_LIMITED", "status": 503, "retry_in": 7, "policy": "api"}}
+    assert h["content-type"] == "application/vnd.example.error+json" and h["content-length"] == str(len(body))
+    assert h["retry-after"] == "7" and h["ratelimit"] == '"api";r=0;t=7'
+    assert p.rejection(7, 20.0) == (headers, body) and calls == [(503, 1, "api"), (503, 7, "api")]  # cached
+
+
+@pytest.mark.parametrize(("hook", "problem"), [
+    ("not callable", "must be a callable"),
+    (lambda s, r, n: b"x", "must return (body bytes, content type)"),
+    (lambda s, r, n: ("text", "text/plain"), "must be bytes"),
+    (lambda s, r, n: (b"x", "text/plain\r\nx-injected: 1"), "printable ASCII"),
+    (lambda s, r, n: 1 / 0, "ZeroDivisionError"),
+])  # fmt: skip
+def test_a_bad_body_hook_is_a_config_error_at_construction(hook, problem) -> None:
+    with pytest.raises(ConfigError, match="body") as info:
+        HeaderPolicy(body=hook)
+    assert problem in str(info.value)
+
+
+def test_a_hook_that_fails_later_falls_back_to_the_problem_document(caplog) -> None:
+    p = HeaderPolicy(body=lambda status, retry_after, name: (b"{}", "application/json") if retry_after == 1 else None)
+    headers, body = p.rejection(9, 20.0)
+    assert json.loads(body)["type"] == QUOTA_EXCEEDED and as_dict(headers)["content-type"] == "application/problem+json"
+    assert "body hook failed" in caplog.text
+
+
+@pytest.mark.server
+def test_the_hooks_body_goes_out_through_a_real_server(serve) -> None:
+    async def hello(request):
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", hello)])
+    app.add_middleware(AdmitGate, rate=1, burst=1, max_pacing_delay=0.1, tarpit=0,
+                       headers=HeaderPolicy(body=legacy_error))  # fmt: skip
+    with serve(app) as base, httpx.Client(base_url=base) as c:
+        assert c.get("/").status_code == 200
+        rejected = c.get("/")
+    assert rejected.status_code == 429
+    assert rejected.headers["content-type"] == "application/vnd.example.error+json"
+    assert rejected.headers["content-length"] == str(len(rejected.content))
+    assert rejected.json()["error"]["retry_in"] == int(rejected.headers["retry-after"])

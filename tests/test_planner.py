@@ -2,6 +2,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from admitgate import ConfigError
 from admitgate.cli import main
@@ -82,3 +84,59 @@ def test_cli(capsys) -> None:
     assert "invalid --clients" in capsys.readouterr().err
     assert main(["plan", "-M", "5", "-H", "2", "--eps", "2"]) == 2
     assert "invalid --eps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("ramp", "expected"),
+    [
+        # Steps down at 2 s. 0–2 s at 180/s serves 360; the other 1,640 at 80/s take 20.5 s: 2 + 20.5 = 22.5 s.
+        # (Sorting on (t, H) put (2, 80) first and drained at 180/s from a linear 180 -> 80 start: 11.667 s.)
+        ([(0, 180), (2, 180), (2, 80)], 22.5),
+        # An outage from 0 to 10 s, then 180/s: nothing is served before 10 s, 2,000/180 = 11.111 s after it:
+        # 21.111 s. (The (t, H) sort read it as a ramp 180 -> 0 over 0–10 s, 900 served: 16.111 s.)
+        ([(0, 180), (0, 0), (10, 0), (10, 180)], 10 + 2000 / 180),
+        # Down and up again: 0–5 s at 200/s serves 1,000; 5–20 s at 50/s serves 750; the last 250 at 200/s
+        # take 1.25 s: 21.25 s.
+        ([(0, 200), (5, 200), (5, 50), (20, 50), (20, 200)], 21.25),
+        # The same steps given out of time order: only time orders them, equal times keep their order.
+        ([(20, 50), (0, 200), (5, 200), (5, 50), (20, 200)], 21.25),
+    ],
+)  # fmt: skip
+def test_drain_time_steps_down_in_the_order_given(ramp, expected) -> None:
+    assert drain_time(2000, ramp) == pytest.approx(expected)
+
+
+def test_cli_ramp_keeps_the_order_given(capsys) -> None:
+    assert main(["plan", "-M", "2000", "-H", "180", "--eps", "off", "--ramp", "0:180,2:180,2:80", "--json"]) == 0
+    recovery = json.loads(capsys.readouterr().out)["recovery"]
+    assert recovery["ramp"] == [[0, 180], [2, 180], [2, 80]] and recovery["drain_s"] == pytest.approx(22.5)
+
+
+def test_drain_time_rejects_malformed_points() -> None:
+    with pytest.raises(ConfigError, match="ramp"):
+        drain_time(100, [(0, 100, 5)])
+    with pytest.raises(ConfigError, match="ramp"):
+        drain_time(100, [(0, float("nan"))])
+
+
+ANY_NUMBER = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**13))
+
+
+@settings(max_examples=300, deadline=None)
+@given(clients=st.integers(-5, 10**13), headroom=st.floats(allow_nan=True, allow_infinity=True), eps=st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True)), extra=st.dictionaries(st.sampled_from(
+        ["service_time", "connections", "retry_after", "remaining", "reset", "deadline", "sla_p95", "cost_capacity",
+         "cost_wait"]), ANY_NUMBER))  # fmt: skip
+def test_plan_is_a_finite_answer_or_a_config_error(clients, headroom, eps, extra) -> None:
+    extra = {k: v for k, v in extra.items() if v is not None}
+    if "retry_after" not in extra:
+        extra["retry_after"] = 0.0
+    try:
+        p = plan(clients, headroom, eps=eps, **extra)
+    except ConfigError:
+        return
+    if p.feasible:
+        assert math.isfinite(p.window) and 0 < p.window <= p.upper and p.window >= p.lower
+        assert math.isfinite(p.expected_wait) and math.isfinite(p.p95_wait)
+    else:
+        assert p.window is None and p.conflict and p.remedies
