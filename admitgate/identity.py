@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Hashable
+from itertools import chain
 from typing import Any
 
 from .clock import Clock
 from .errors import ConfigError, integer
-from .ticket import RetryTicket, cookie_tickets, strip_ticket
+from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])
 KeyFunc = Callable[[Scope], "Hashable | None"]
@@ -54,7 +55,7 @@ _MAX_PARAMS = 8
 
 def header_values(scope: Scope, name: bytes) -> list[bytes]:
     """Every value of request header ``name`` (lower-case bytes), in order: a field may come as several lines."""
-    return [bytes(value) for key, value in scope.get("headers") or () if key == name]
+    return [value for key, value in scope.get("headers") or () if key == name]
 
 
 def check_forwarding(trusted_hops: int, forwarded: str) -> None:
@@ -85,7 +86,7 @@ def _host_port(node: bytes) -> tuple[str, int]:
     """``(host, port)`` of a node: ``192.0.2.7``, ``192.0.2.7:80``, ``"[2001:db8::1]:80"``, ``2001:db8::1``.
 
     The port is 0 when there is none (or it is obfuscated, as RFC 7239 allows)."""
-    node = node.strip(b'"')[:_MAX_NODE]
+    node = node[:_MAX_NODE].strip(b'"')
     host, port = node, b""
     if node.startswith(b"["):
         end = node.find(b"]")
@@ -99,8 +100,10 @@ def _host_port(node: bytes) -> tuple[str, int]:
 def forwarded_client(scope: Scope, trusted_hops: int, forwarded: str = "x-forwarded-for") -> tuple[str, int] | None:
     """``(host, port)`` of the client as the outermost of ``trusted_hops`` proxies saw it (port 0 if not
     forwarded), from the ``forwarded`` field only; None if that field is absent or its node is empty."""
+    if trusted_hops <= 0:
+        return None
     lines = header_values(scope, b"forwarded" if forwarded == "forwarded" else b"x-forwarded-for")
-    if not lines or trusted_hops <= 0:
+    if not lines:
         return None
     node = _node(lines, trusted_hops)
     if forwarded == "forwarded":
@@ -124,12 +127,13 @@ def client_address(scope: Scope, trusted_hops: int = 0, forwarded: str = "x-forw
 def user_digest(scope: Scope) -> bytes:
     """A 128-bit digest of the request's :data:`USER_FIELDS`, every line in order; the cookie without our
     ticket (which changes with every 429) and without separators (``a=1; b=2`` is ``a=1;b=2``)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, value in [(k, v) for k, v in scope.get("headers") or () if k in USER_FIELDS]:
-        value = strip_ticket(bytes(value)).translate(None, b"; \t") if name == b"cookie" else bytes(value)
-        digest.update(b"%s %d:" % (name, len(value)))
-        digest.update(value)
-    return digest.digest()
+    found = [line for line in scope.get("headers") or () if line[0] in USER_FIELDS]
+    cookies = [value for name, value in found if name == b"cookie"]
+    if cookies:
+        found = [line for line in found if line[0] != b"cookie"]
+        found.append((b"cookie", strip_ticket(cookie_string(cookies)).translate(None, b"; \t")))
+    # "name\nvalue\nname\nvalue...": no header value holds a line break
+    return hashlib.blake2b(b"\n".join(chain.from_iterable(found)), digest_size=16).digest()
 
 
 def connection_key(trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> KeyFunc:
@@ -198,18 +202,18 @@ class Recogniser:
 
     def __call__(self, scope: Scope) -> str | None:
         ticket = self.ticket
-        if ticket is not None:
-            lines = header_values(scope, b"cookie")
-            if lines:
-                now = self._wall_clock()
-                for value in cookie_tickets(lines):
-                    ticket_id = ticket.verify(value, now)
-                    if ticket_id is not None:
-                        return ticket_id
         try:
+            if ticket is not None:
+                lines = header_values(scope, b"cookie")
+                if lines:
+                    now = self._wall_clock()
+                    for value in cookie_tickets(cookie_string(lines)):
+                        ticket_id = ticket.verify(value, now)
+                        if ticket_id is not None:
+                            return ticket_id
             key = self.key_func(scope)
             material = None if key is None else repr(key).encode("utf-8", "backslashreplace")
-        except Exception as exc:  # a user key function must not turn into a 500
+        except Exception as exc:  # a user key function (or a mangled scope) must not turn into a 500
             material = None
             if not self._warned:
                 self._warned = True

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import math
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from .errors import ConfigError
 
@@ -27,7 +27,7 @@ _NAME = COOKIE.encode() + b"="
 SECURE_SCHEMES = frozenset({"https", "wss"})
 #: Ticket values looked at per request (a client may hold a stale one beside the current one).
 MAX_TICKETS = 4
-#: Occurrences of the cookie name looked at per Cookie line: a line of ``xadmitgate_rt=…`` costs no more.
+#: Occurrences of the cookie name looked at per request: a cookie of ``xadmitgate_rt=…`` costs no more.
 _MAX_CANDIDATES = 8
 #: Longer values are not tickets (an issued one is about 60 bytes; verify refuses over 128).
 _MAX_VALUE = 128
@@ -103,7 +103,7 @@ def ticket_from_config(ticket: object, secure_cookie: object = False) -> RetryTi
 
 
 def _pairs(line: bytes) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each ``admitgate_rt=`` cookie-pair in one Cookie line (at most _MAX_CANDIDATES looked at)."""
+    """``(start, end)`` of each ``admitgate_rt=`` cookie-pair in a cookie-string (at most _MAX_CANDIDATES looked at)."""
     at = line.find(_NAME)
     for _ in range(_MAX_CANDIDATES):
         if at < 0:
@@ -114,24 +114,29 @@ def _pairs(line: bytes) -> Iterator[tuple[int, int]]:
         at = line.find(_NAME, at + 1)
 
 
-def cookie_tickets(lines: Iterable[bytes]) -> list[str]:
-    """The ``admitgate_rt`` values in the Cookie lines (every line, as HTTP/2 sends one per cookie), in order,
-    surrounding quotes removed; at most MAX_TICKETS. Never raises."""
+def cookie_string(lines: list[bytes]) -> bytes:
+    """Every ``cookie`` line as one cookie-string: HTTP/2 sends one line per cookie, to be joined with
+    ``"; "`` (RFC 9113 §8.2.3)."""
+    return lines[0] if len(lines) == 1 else b"; ".join(lines)
+
+
+def cookie_tickets(cookies: bytes) -> list[str]:
+    """The ``admitgate_rt`` values in a cookie-string (:func:`cookie_string`), in order, surrounding quotes
+    removed; at most MAX_TICKETS. Never raises."""
     found: list[str] = []
-    for line in lines:
-        for start, end in _pairs(line):
-            raw = line[start + len(_NAME) : end].strip()
-            if len(raw) >= 2 and raw[0] == raw[-1] == 0x22:  # a quoted cookie-value
-                raw = raw[1:-1]
-            if len(raw) <= _MAX_VALUE and raw.isascii():
-                found.append(raw.decode("ascii"))
-                if len(found) >= MAX_TICKETS:
-                    return found
+    for start, end in _pairs(cookies):
+        raw = cookies[start + len(_NAME) : end].strip()
+        if len(raw) >= 2 and raw[0] == raw[-1] == 0x22:  # a quoted cookie-value
+            raw = raw[1:-1]
+        if len(raw) <= _MAX_VALUE and raw.isascii():
+            found.append(raw.decode("ascii"))
+            if len(found) >= MAX_TICKETS:
+                break
     return found
 
 
 def strip_ticket(line: bytes) -> bytes:
-    """One Cookie line without its ``admitgate_rt`` pairs (a client's ticket changes with every 429)."""
+    """A cookie-string without its ``admitgate_rt`` pairs (a client's ticket changes with every 429)."""
     kept: list[bytes] = []
     done = 0
     for start, end in _pairs(line):
