@@ -135,14 +135,19 @@ def cookie_tickets(cookies: bytes) -> list[str]:
     return found
 
 
-def strip_ticket(line: bytes) -> bytes:
-    """A cookie-string without its ``admitgate_rt`` pairs (a client's ticket changes with every 429)."""
+def strip_ticket(cookies: bytes) -> bytes:
+    """A cookie-string without its ``admitgate_rt`` pairs and their ``"; "`` separators, so that
+    ``a=1; admitgate_rt=…; b=2`` becomes ``a=1; b=2`` (a client's ticket changes with every 429)."""
     kept: list[bytes] = []
     done = 0
-    for start, end in _pairs(line):
-        kept.append(line[done:start])
+    for start, end in _pairs(cookies):
+        if end < len(cookies):  # the separator after the pair goes with it
+            end += 2 if cookies[end + 1 : end + 2] == b" " else 1
+        elif start >= done + 2 and cookies[start - 2 : start] == b"; ":  # the last pair: the one before it
+            start -= 2
+        kept.append(cookies[done:start])
         done = end
     if not done:
-        return line
-    kept.append(line[done:])
+        return cookies
+    kept.append(cookies[done:])
     return b"".join(kept)
