@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, RetryTicket, client_address, connection_key, header_key
+from admitgate import AdmitGate, ConfigError, RetryTicket, client_address, connection_key, header_key
+from admitgate.config import load
 from admitgate.identity import Recogniser, forwarded_client, key_from_config
 
 
@@ -110,6 +111,15 @@ def test_header_key() -> None:
     assert key(scope(headers=[("x-api-key", "a"), ("x-api-key", "b")])) == key(scope(headers=[("x-api-key", "a, b")]))
     assert key(scope()) is None
     assert key_from_config("header:x-api-key")(scope(headers=[("x-api-key", "k")])) is not None
+
+
+def test_the_forwarding_source_and_secure_cookie_come_from_the_environment() -> None:
+    options = load(env={"ADMITGATE_FORWARDED": "forwarded", "ADMITGATE_TRUSTED_HOPS": "1",
+                        "ADMITGATE_SECURE_COOKIE": "true"})  # fmt: skip
+    assert options == {"forwarded": "forwarded", "trusted_hops": 1, "secure_cookie": True}
+    gate = AdmitGate(lambda scope, receive, send: None, **options)
+    assert gate.ticket is not None and gate.ticket.always_secure
+    assert gate.key_func(scope(headers=[("forwarded", "for=192.0.2.1:80")])) != gate.key_func(scope())
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [({"forwarded": "x-real-ip"}, "forwarded"),

@@ -257,7 +257,7 @@ async def test_a_client_without_an_address_gets_a_ticket_and_keeps_its_slot(cloc
 
 
 @pytest.mark.anyio
-async def test_ticket_ids_are_keyed_with_the_secret(clock: ManualClock) -> None:
+async def test_ticket_ids_are_keyed_with_the_secret() -> None:
     def ticket_id(secret: bytes) -> str:
         return cookies[secret].split("=", 1)[1].split(".")[0]
 
@@ -272,7 +272,7 @@ async def test_ticket_ids_are_keyed_with_the_secret(clock: ManualClock) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_ticket_cookie_is_secure_over_https_or_when_forced(clock: ManualClock) -> None:
+async def test_the_ticket_cookie_is_secure_over_https_or_when_forced() -> None:
     async def cookie(scheme: str, **options) -> str:
         app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=ManualClock(0.0), **options)
         await call(app, http_scope())
