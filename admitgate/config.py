@@ -44,8 +44,8 @@ from .probes import Probes
 GATE_KEYS: dict[str, type | tuple[type, ...]] = {
     "rate": (int, float), "burst": (int, float), "max_pacing_delay": (int, float), "max_waiters": int,
     "spread": str, "max_retry_after": (int, float), "exempt": list, "default_class": str, "key": str,
-    "trusted_hops": int, "ticket": bool, "gate_websockets": bool, "tarpit": (int, float),
-    "max_tarpitted": int, "max_keys": int, "routes": dict, "standing_queue": (int, float),
+    "trusted_hops": int, "forwarded": str, "ticket": bool, "secure_cookie": bool, "gate_websockets": bool,
+    "tarpit": (int, float), "max_tarpitted": int, "max_keys": int, "routes": dict, "standing_queue": (int, float),
     "fresh_pacing_delay": (int, float), "backend": str,
 }  # fmt: skip
 #: ``[headroom]`` keys (LiveHeadroom keyword arguments) besides ``estimator`` and the estimator tables.

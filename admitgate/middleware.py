@@ -11,7 +11,6 @@ gated only with ``gate_websockets=True``. Exceptions from the app propagate unch
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from bisect import bisect_left
@@ -25,12 +24,12 @@ from .errors import ConfigError
 from .gate import Decision, Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
-from .identity import KeyFunc, header_value, key_from_config
+from .identity import KeyFunc, Recogniser, key_from_config
 from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
 from .routing import Priority, Router, Rule
 from .schedule import SLOT_GRACE
 from .shared import RedisBudget, backend_from_url
-from .ticket import RetryTicket, cookie_ticket
+from .ticket import ticket_from_config
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -45,9 +44,10 @@ class AdmitGate:
     ``rate`` (requests/s, or a :class:`~admitgate.headroom.Headroom`) and ``burst`` size
     the token pacer; ``routes`` maps route templates to ``{"cost": .., "class": ..}``;
     ``exempt`` lists templates never gated; ``key`` picks the client identity
-    (``"connection"``, ``"header:x-api-key"`` or a callable); ``trusted_hops`` is the
-    number of proxies whose forwarding headers are believed; ``ticket`` enables the
-    signed retry cookie (``True``, or the shared secret as bytes); ``headers`` is the
+    (``"connection"``, ``"header:x-api-key"`` or a callable; see :mod:`admitgate.identity`); ``trusted_hops``
+    is the number of proxies whose forwarding field is believed, ``forwarded`` that field (``"x-forwarded-for"``
+    or ``"forwarded"``); ``ticket`` enables the signed retry cookie (``True``, or the shared secret as bytes),
+    ``secure_cookie`` marks it ``Secure`` even on plain http (it always is on https); ``headers`` is the
     :class:`~admitgate.headers.HeaderPolicy`. ``tarpit`` (seconds, 0 disables) holds the 429 for a
     recognised client that came back before its slot, at most ``max_tarpitted`` at once: a client
     that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
@@ -75,7 +75,9 @@ class AdmitGate:
         default_class: str = "default",
         key: str | KeyFunc = "connection",
         trusted_hops: int = 0,
+        forwarded: str = "x-forwarded-for",
         ticket: bool | bytes = True,
+        secure_cookie: bool = False,
         headers: HeaderPolicy | None = None,
         gate_websockets: bool = False,
         tarpit: float = 1.0,
@@ -118,8 +120,9 @@ class AdmitGate:
             usable = burst_now * (1 - rule.priority.reserve)
             if not rule.exempt and not rule.priority.critical and rule.cost > usable:
                 raise ConfigError("burst", f"{burst_now:g} tokens cannot admit cost {rule.cost:g} of {rule.template!r}")
-        self.key_func = key_from_config(key, trusted_hops)
-        self.ticket = None if ticket is False else RetryTicket(ticket if isinstance(ticket, bytes) else None)
+        self.key_func = key_from_config(key, trusted_hops, forwarded)
+        self.ticket = ticket_from_config(ticket, secure_cookie)
+        self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
         # Bound once so the admit path does no attribute chasing.
@@ -181,7 +184,7 @@ class AdmitGate:
             if decision.verdict is Verdict.REJECT:
                 if self._tally_on:
                     self._count(rule, 2)
-                await self._reject(send, decision.retry_after, decision.rate, decision.key, now)
+                await self._reject(scope, send, decision.retry_after, decision.rate, decision.key, now)
                 return
         if self._tally_on:
             self._count(rule, outcome)
@@ -242,22 +245,9 @@ class AdmitGate:
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:
-        """The booking key: a valid retry ticket's id, else a digest of ``key_func(scope)``."""
-        if self.ticket is not None:
-            cookies = header_value(scope, b"cookie")
-            if cookies is not None:
-                raw = cookie_ticket(cookies)
-                if raw is not None:
-                    ticket_id = self.ticket.verify(raw, self.wall_clock())
-                    if ticket_id is not None:
-                        return ticket_id
-        try:
-            key = self.key_func(scope)
-        except Exception:  # a user key function must not turn into a 500
-            return None
-        if key is None:
-            return None
-        return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+        """The booking key (:class:`~admitgate.identity.Recogniser`): a valid retry ticket's id, else a keyed
+        digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
+        return self._recognise(scope)
 
     # -- holds ----------------------------------------------------------------------------
     async def _wait(self, decision: Decision, receive: Receive) -> tuple[Decision | None, Receive]:
@@ -310,13 +300,16 @@ class AdmitGate:
         return current, replay
 
     # -- responses ------------------------------------------------------------------------
-    async def _reject(self, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float) -> None:
+    async def _reject(
+        self, scope: Scope, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float
+    ) -> None:
         headers, body = self.headers.rejection(retry_after, rate)
         self.retry_after_counts[bisect_left(RETRY_AFTER_BOUNDS, retry_after)] += 1
         self.retry_after_sum += retry_after
         if self.ticket is not None and isinstance(ident, str):
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
-            headers.append((b"set-cookie", self.ticket.set_cookie(ident, self.wall_clock(), max_age)))
+            cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
+            headers.append((b"set-cookie", cookie))
         await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

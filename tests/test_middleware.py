@@ -216,6 +216,94 @@ async def test_a_failing_key_function_never_fails_the_request(clock: ManualClock
     assert (await call(app, http_scope()))[0] == 429
 
 
+class Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.anyio
+async def test_a_key_whose_repr_raises_is_anonymous_never_a_500(clock: ManualClock, caplog) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key=lambda scope: Unprintable(), clock=clock)
+    await call(app, http_scope())
+    statuses = [await call(app, http_scope()) for _ in range(3)]
+    assert [s for s, _, _ in statuses] == [429] * 3
+    assert all("set-cookie" in h for _, h, _ in statuses)  # anonymous: the ticket will recognise it
+    assert len([r for r in caplog.records if "key function" in r.getMessage()]) == 1
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_carries_another_users_request_does_not_give_it_that_users_slot(
+    clock: ManualClock,
+) -> None:
+    # a reverse proxy (trusted_hops 0) or a client pool multiplexes users over one keep-alive connection
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock)
+    await call(app, http_scope())
+    pooled = ("10.0.0.5", 7000)
+    _, alice, _ = await call(app, http_scope(client=pooled, headers=[(b"authorization", b"Bearer alice")]))
+    _, bob, _ = await call(app, http_scope(client=pooled, headers=[(b"authorization", b"Bearer bob")]))
+    assert int(bob["retry-after"]) > int(alice["retry-after"]) and app.gate.stats.early == 0
+    _, back, _ = await call(app, http_scope(client=pooled, headers=[(b"authorization", b"Bearer alice")]))
+    assert back["retry-after"] == alice["retry-after"] and app.gate.stats.early == 1
+
+
+@pytest.mark.anyio
+async def test_a_client_without_an_address_gets_a_ticket_and_keeps_its_slot(clock: ManualClock) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, wall_clock=lambda: 1e9)
+    await call(app, http_scope(client=None))
+    retry_after = []
+    cookie = b""
+    for _ in range(3):  # a Unix socket: no client address at all
+        _, headers, _ = await call(app, http_scope(client=None, headers=[(b"cookie", cookie)] if cookie else []))
+        retry_after.append(headers["retry-after"])
+        cookie = headers["set-cookie"].split(";")[0].encode()
+    assert retry_after == ["1", "1", "1"]
+
+
+@pytest.mark.anyio
+async def test_ticket_ids_are_keyed_with_the_secret() -> None:
+    def ticket_id(secret: bytes) -> str:
+        return cookies[secret].split("=", 1)[1].split(".")[0]
+
+    cookies = {}
+    for secret in (b"one", b"two"):
+        app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key="header:authorization",
+                        ticket=secret, clock=ManualClock(0.0), wall_clock=lambda: 1e9)  # fmt: skip
+        await call(app, http_scope())
+        _, headers, _ = await call(app, http_scope(headers=[(b"authorization", b"Bearer guessable")]))
+        cookies[secret] = headers["set-cookie"]
+    assert ticket_id(b"one") != ticket_id(b"two")  # an unkeyed hash of the credential would be the same
+
+
+@pytest.mark.anyio
+async def test_the_ticket_cookie_is_secure_over_https_or_when_forced() -> None:
+    async def cookie(scheme: str, **options) -> str:
+        app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=ManualClock(0.0), **options)
+        await call(app, http_scope())
+        return (await call(app, {**http_scope(), "scheme": scheme}))[1]["set-cookie"]
+
+    assert "; Secure" in await cookie("https")
+    assert "Secure" not in await cookie("http")
+    forced = await cookie("http", secure_cookie=True)
+    assert "; Secure" in forced and "HttpOnly" in forced and "SameSite=Lax" in forced
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("split", [True, False])
+async def test_the_ticket_is_read_from_any_cookie_line_and_when_quoted(clock: ManualClock, split: bool) -> None:
+    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, wall_clock=lambda: 1e9)
+    await call(app, http_scope())
+    for port in range(5000, 5005):
+        await call(app, http_scope(client=("10.0.0.9", port)))
+    _, first, _ = await call(app, http_scope(client=("10.0.0.9", 6000)))
+    value = first["set-cookie"].split(";")[0].split("=", 1)[1]
+    if split:  # as HTTP/2 sends cookies: one field line each
+        cookies = [(b"cookie", b"session=1"), (b"cookie", f"admitgate_rt={value}".encode())]
+    else:
+        cookies = [(b"cookie", f'session=1; admitgate_rt="{value}"'.encode())]
+    _, again, _ = await call(app, http_scope(client=("10.0.0.9", 6001), headers=cookies))
+    assert again["retry-after"] == first["retry-after"]
+
+
 HEADER_NAMES = [b"cookie", b"x-forwarded-for", b"forwarded", b"authorization", b"x-api-key"]
 
 
@@ -235,7 +323,9 @@ def test_invalid_configuration_fails_at_construction_naming_the_field() -> None:
     cases = [({"rate": 0}, "rate"), ({"rate": -1}, "rate"), ({"spread": "lifo"}, "spread"),
              ({"rate": 10, "burst": 1, "routes": {"/big": {"cost": 2}}}, "burst"),
              ({"key": "ip-address"}, "key"), ({"trusted_hops": -1}, "trusted_hops"), ({"tarpit": -1}, "tarpit"),
-             ({"max_tarpitted": -1}, "max_tarpitted")]  # fmt: skip
+             ({"max_tarpitted": -1}, "max_tarpitted"), ({"forwarded": "both"}, "forwarded"),
+             ({"trusted_hops": -1, "key": "header:x"}, "trusted_hops"), ({"ticket": "secret"}, "ticket"),
+             ({"secure_cookie": 1}, "secure_cookie")]  # fmt: skip
     for kwargs, field in cases:
         with pytest.raises(ConfigError) as info:
             AdmitGate(Recorder(), **kwargs)

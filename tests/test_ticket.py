@@ -1,8 +1,9 @@
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admitgate import RetryTicket
-from admitgate.ticket import COOKIE, cookie_ticket
+from admitgate import ConfigError, RetryTicket
+from admitgate.ticket import COOKIE, MAX_TICKETS, cookie_string, cookie_tickets, strip_ticket, ticket_from_config
 
 
 def test_issue_and_verify() -> None:
@@ -21,23 +22,72 @@ def test_tampering_is_detected() -> None:
 
 
 def test_cookie_parsing() -> None:
-    assert cookie_ticket(b"a=1; admitgate_rt=x.1.y; b=2") == "x.1.y"
-    assert cookie_ticket(b"admitgate_rt=x.1.y") == "x.1.y"
-    assert cookie_ticket(b"notadmitgate_rt=x; c=3") is None
-    assert cookie_ticket(b"other=1") is None
+    assert cookie_tickets(b"a=1; admitgate_rt=x.1.y; b=2") == ["x.1.y"]
+    assert cookie_tickets(b"admitgate_rt=x.1.y") == ["x.1.y"]
+    assert cookie_tickets(b"notadmitgate_rt=x; c=3") == []
+    assert cookie_tickets(b"other=1") == []
+
+
+def test_cookies_split_over_several_lines_and_quoted_values_are_read() -> None:
+    # HTTP/2 sends one cookie per field line (RFC 9113 §8.2.3); RFC 6265 allows a DQUOTEd cookie-value
+    assert cookie_string([b"a=1", b"b=2", b"admitgate_rt=x.1.y"]) == b"a=1; b=2; admitgate_rt=x.1.y"
+    assert cookie_tickets(cookie_string([b"a=1", b"b=2", b"admitgate_rt=x.1.y"])) == ["x.1.y"]
+    assert cookie_tickets(b'a=1; admitgate_rt="x.1.y"') == ["x.1.y"]
+    assert cookie_tickets(cookie_string([b"admitgate_rt=old.1.z", b"admitgate_rt=x.1.y"])) == ["old.1.z", "x.1.y"]
+    assert len(cookie_tickets(cookie_string([b"admitgate_rt=a.1.b"] * 100))) == MAX_TICKETS
+
+
+def test_strip_ticket() -> None:
+    for cookies in (b"a=1; admitgate_rt=x.1.y; b=2", b"admitgate_rt=x.1.y; a=1; b=2", b"a=1; b=2; admitgate_rt=x"):
+        assert strip_ticket(cookies) == b"a=1; b=2", cookies
+    assert strip_ticket(b"admitgate_rt=x; admitgate_rt=y") == strip_ticket(b"admitgate_rt=x") == b""
+    assert strip_ticket(b"a=1") == b"a=1"
 
 
 def test_set_cookie_is_short_lived_and_http_only() -> None:
     header = RetryTicket(b"s").set_cookie("id1", 100.0, max_age=12).decode()
     assert header.startswith(f"{COOKIE}=id1.112.")
-    assert "Max-Age=12" in header and "HttpOnly" in header and "Path=/" in header
+    assert "Max-Age=12" in header and "HttpOnly" in header and "Path=/" in header and "SameSite=Lax" in header
+    assert "Secure" not in header
 
 
-@given(st.binary(max_size=300))
-def test_garbage_cookies_never_raise(raw: bytes) -> None:
-    value = cookie_ticket(raw)
-    if value is not None:
-        assert RetryTicket(b"k").verify(value, 0.0) is None or len(value) <= 128
+def test_the_cookie_is_secure_over_https_or_when_forced() -> None:
+    assert "; Secure" in RetryTicket(b"s").set_cookie("id", 0.0, 5, "https").decode()
+    assert "; Secure" in RetryTicket(b"s").set_cookie("id", 0.0, 5, "wss").decode()
+    forced = RetryTicket(b"s", always_secure=True).set_cookie("id", 0.0, 5, "http").decode()
+    assert "; Secure" in forced and "HttpOnly" in forced and "SameSite=Lax" in forced
+
+
+def test_key_ids_reveal_nothing_without_the_secret() -> None:
+    material = b"('hdr', b'Bearer guessable')"
+    assert RetryTicket(b"one").key_id(material) == RetryTicket(b"one").key_id(material)
+    assert RetryTicket(b"one").key_id(material) != RetryTicket(b"two").key_id(material)
+    assert len(RetryTicket(b"one").key_id(material)) == len(RetryTicket.new_id()) == 32
+
+
+@pytest.mark.parametrize(("ticket", "secure", "field"), [("secret", False, "ticket"), (b"", False, "ticket"),
+                                                         (None, False, "ticket"), (1, False, "ticket"),
+                                                         (True, "yes", "secure_cookie")])  # fmt: skip
+def test_bad_ticket_configuration_names_the_field(ticket, secure, field) -> None:
+    with pytest.raises(ConfigError) as info:
+        ticket_from_config(ticket, secure)
+    assert info.value.field == field
+
+
+def test_ticket_configuration() -> None:
+    assert ticket_from_config(False) is None
+    assert isinstance(ticket_from_config(True), RetryTicket)
+    assert ticket_from_config(b"shared", True).always_secure
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=5))
+def test_garbage_cookies_never_raise(lines: list[bytes]) -> None:
+    values = cookie_tickets(cookie_string(lines))
+    assert len(values) <= MAX_TICKETS
+    for value in values:
+        assert RetryTicket(b"k").verify(value, 0.0) is None
+    for line in lines:
+        assert len(strip_ticket(line)) <= len(line)
 
 
 @given(st.text(max_size=200))
