@@ -104,7 +104,9 @@ class AdmitGate:
             fresh_pacing_delay=fresh_pacing_delay,
             now=clock(),
         )
-        self.router = Router(routes, exempt, default_class=default_class, classes=classes)
+        # With metrics, paths no rule names are labelled by the app's own route templates.
+        labels_from = app if metrics is not None else None
+        self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
         burst_now = self.gate.pacer.burst
         for rule in [*self.router.rules, self.router.default]:
             usable = burst_now * (1 - rule.priority.reserve)
@@ -118,8 +120,7 @@ class AdmitGate:
         self.max_tarpitted = max_tarpitted
         self.tarpitted = 0  #: 429s being held right now
         # Bound once so the admit path does no attribute chasing.
-        self._exact_rule = self.router.static_rules.get
-        self._miss = self.router.miss
+        self._cached_rule = self.router.cache.get
         self._take = self.gate.pacer.try_take
         self._book = self.gate.spread.book
         self._on_admit = self.headers.on_admit
@@ -152,7 +153,7 @@ class AdmitGate:
             else:
                 await self.app(scope, receive, send)
             return
-        rule = self._exact_rule(scope["path"], self._miss) or self.router.resolve(scope["path"])
+        rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh:  # Gate.try_admit's common case, inlined
