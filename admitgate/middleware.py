@@ -26,7 +26,17 @@ from .gate import Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, header_value, key_from_config
-from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
+from .metrics import (
+    ABANDONED,
+    AFTER_PACING,
+    AT_ONCE,
+    REJECTED,
+    RETRY_AFTER_BOUNDS,
+    TALLY,
+    GateCollector,
+    MultiprocessSync,
+    multiprocess_dir,
+)
 from .routing import Priority, Router, Rule
 from .shared import RedisBudget, backend_from_url
 from .spread import SLOT_GRACE, SpreadPolicy
@@ -126,7 +136,7 @@ class AdmitGate:
         self._on_admit = self.headers.on_admit
         self._probes = self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
-        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> [admitted, paced, rejected]
+        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
         self.retry_after_sum = 0
         if isinstance(backend, str):
@@ -169,15 +179,15 @@ class AdmitGate:
                 self.backend.start()
         if admitted:
             if self._tally_on:
-                self._count(rule, 0)
+                self._count(rule, AT_ONCE)
             if self._book:  # someone holds a slot: if it is this client, free it
                 gate.admitted_key(self.identify(scope, now), now)
         else:
             ident = self.identify(scope, now)
             decision = gate.decide(rule.cost, rule.priority, ident, now)
-            if self._tally_on:
-                self._count(rule, 1 if decision.verdict is Verdict.PACE else 2)
             if decision.verdict is not Verdict.PACE:
+                if self._tally_on:
+                    self._count(rule, REJECTED)
                 held, retry_after = gate.hold(decision)
                 if held and self.tarpitted < self.max_tarpitted:
                     await self._tarpit(held)
@@ -186,6 +196,8 @@ class AdmitGate:
                 await self._reject(send, retry_after, decision.rate, ident, now)
                 return
             replay = await self._hold(receive, decision.delay, rule.cost)
+            if self._tally_on:
+                self._count(rule, AFTER_PACING if replay is not None else ABANDONED)
             if replay is None:  # the client went away while held
                 return
             receive, now = replay, self.clock()
@@ -231,8 +243,11 @@ class AdmitGate:
                     self.backend.start()
                 if self._sync is not None:
                     self._sync.start()
-            elif message["type"] == "lifespan.shutdown" and self.backend is not None:
-                await self.backend.stop()
+            elif message["type"] == "lifespan.shutdown":
+                if self.backend is not None:
+                    await self.backend.stop()
+                if self._sync is not None:
+                    self._sync.stop()
             return message
 
         return lifespan_receive
@@ -241,7 +256,7 @@ class AdmitGate:
         key = (rule.template, rule.priority.name)
         counts = self.tally.get(key)
         if counts is None:
-            counts = self.tally[key] = [0, 0, 0]
+            counts = self.tally[key] = [0] * len(TALLY)
         counts[index] += 1
 
     async def _tarpit(self, seconds: float) -> None:
