@@ -18,8 +18,9 @@ shared files once a second, and :func:`metrics_app` serves the merged view.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
     from .middleware import AdmitGate
 
 PREFIX = "admitgate"
-DECISIONS = f"{PREFIX}_decisions"  # counter {route, class, verdict}: admitted | paced | rejected
+REQUESTS = f"{PREFIX}_requests"  # counter {route, class, verdict}: admitted | rejected | abandoned
+PACED = f"{PREFIX}_paced_requests"  # counter {route, class}: admitted after a pacing hold (part of admitted)
 RATE = f"{PREFIX}_rate_requests_per_second"  # gauge: the pacer's rate
 CAPACITY = f"{PREFIX}_capacity_requests_per_second"  # gauge: μ
 LAMBDA_NEW = f"{PREFIX}_protected_rate_requests_per_second"  # gauge: λ_new
@@ -53,6 +55,11 @@ OUTCOMES = f"{PREFIX}_responses"  # counter {outcome}: ok | dropped (5xx) | erro
 BACKEND_ERRORS = f"{PREFIX}_backend_errors"  # counter: shared-backend failures (0 with the in-memory backend)
 FALLBACK = f"{PREFIX}_backend_fallback"  # gauge: 1 while running on a local fallback
 
+#: The middleware's tally per (route template, class): a list of counts indexed by these. A request
+#: is counted once, when its fate is known: let through at once, let through after a pacing hold,
+#: rejected, or abandoned (the client left while held, so the app never saw it).
+TALLY = (AT_ONCE, AFTER_PACING, REJECTED, ABANDONED) = (0, 1, 2, 3)
+
 #: Retry-After histogram bounds, seconds.
 RETRY_AFTER_BOUNDS = (1, 2, 5, 10, 20, 30, 60, 120)
 
@@ -61,7 +68,8 @@ RETRY_AFTER_BOUNDS = (1, 2, 5, 10, 20, 30, 60, 120)
 class Snapshot:
     """The gate's exportable state at one moment: counters (monotonic), gauges, histograms."""
 
-    decisions: dict[tuple[str, str, str], int]  # (route, class, verdict) -> count
+    requests: dict[tuple[str, str, str], int]  # (route, class, verdict) -> count
+    paced: dict[tuple[str, str], int]  # (route, class) -> admitted after a pacing hold
     outcomes: dict[str, int]  # ok | dropped | error -> count (live headroom only)
     backend_errors: int
     gauges: dict[str, float]  # metric name -> value
@@ -83,7 +91,9 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     WINDOW: "How far ahead the retry schedule reaches (seconds).",
     INFLIGHT: "Admitted requests in flight.",
     FALLBACK: "1 while the gate runs on its local fallback.",
-    DECISIONS: "Admission decisions by route template, class and verdict.",
+    REQUESTS: "Gated requests by route template, class and verdict: admitted (reached the app, paced or not), "
+    "rejected, abandoned (the client left while held by pacing).",
+    PACED: "Admitted requests that were held by pacing first (included in verdict=admitted).",
     OUTCOMES: "Responses of admitted requests by outcome.",
     BACKEND_ERRORS: "Errors talking to the shared backend.",
     ESTIMATOR: "Estimator in use and its state (value 1).",
@@ -91,16 +101,21 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     PACING: "Pacing holds (seconds).",
     RETRY_AFTER: "Retry-After values sent with rejections (seconds).",
 }
+#: Multi-process mode: gauges that add up over a server's processes (each process has its own share
+#: of the rate and its own requests); the others take the largest value over live processes.
+_SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT})
 
 
 def snapshot(middleware: AdmitGate) -> Snapshot:
     """Read everything exported from one middleware (cheap: a few dozen attribute reads)."""
     gate = middleware.gate
     now = middleware.clock()
-    decisions = {}
+    requests, paced = {}, {}
     for (template, klass), counts in middleware.tally.items():
-        for verdict, count in zip(("admitted", "paced", "rejected"), counts, strict=True):
-            decisions[template, klass, verdict] = count
+        requests[template, klass, "admitted"] = counts[AT_ONCE] + counts[AFTER_PACING]
+        requests[template, klass, "rejected"] = counts[REJECTED]
+        requests[template, klass, "abandoned"] = counts[ABANDONED]
+        paced[template, klass] = counts[AFTER_PACING]
     state: dict[str, Any] = gate.state(now)
     gauges = {name: float(state[key]) for name, key, _ in _GAUGES if state.get(key) is not None}
     floor = getattr(gate.headroom, "floor", None)
@@ -122,7 +137,7 @@ def snapshot(middleware: AdmitGate) -> Snapshot:
         outcomes = {"ok": probes.total - probes.total_drops, "dropped": probes.total_drops,
                     "error": probes.total_errors}  # fmt: skip
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
-    return Snapshot(decisions, outcomes, int(getattr(backend, "errors", 0)), gauges, estimator, histograms)
+    return Snapshot(requests, paced, outcomes, int(getattr(backend, "errors", 0)), gauges, estimator, histograms)
 
 
 def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
@@ -144,10 +159,14 @@ class GateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = snapshot(self.middleware)
-        decisions = CounterMetricFamily(DECISIONS, _DOC[DECISIONS], labels=["route", "class", "verdict"])
-        for labels, count in snap.decisions.items():
-            decisions.add_metric(list(labels), count)
-        yield decisions
+        requests = CounterMetricFamily(REQUESTS, _DOC[REQUESTS], labels=["route", "class", "verdict"])
+        for labels, count in snap.requests.items():
+            requests.add_metric(list(labels), count)
+        yield requests
+        paced = CounterMetricFamily(PACED, _DOC[PACED], labels=["route", "class"])
+        for route_class, count in snap.paced.items():
+            paced.add_metric(list(route_class), count)
+        yield paced
         for name, value in snap.gauges.items():
             yield GaugeMetricFamily(name, _DOC[name], value=value)
         estimator = GaugeMetricFamily(ESTIMATOR, _DOC[ESTIMATOR], labels=["estimator", "state"])
@@ -170,11 +189,14 @@ def multiprocess_dir() -> str | None:
 
 class MultiprocessSync:
     """prometheus-client multiprocess mode (``uvicorn --workers``, gunicorn): the same metrics, written
-    to the shared files as standard metric types every ``interval`` seconds.
+    to the shared files through prometheus-client's public metric types every ``interval`` seconds.
 
-    Counters and histograms get the increase since the last sync; gauges are set. Gauge modes: rates,
-    in-flight and waiters are summed over live processes; latencies, windows and the floor take the
-    largest; the estimator state counts processes per state. Serve them with :func:`metrics_app`.
+    Counters get the increase since the last sync (``inc``); histograms get it as observations
+    (:func:`observe_counts`); gauges are set, and created only once the gate has a value for them
+    (an unset multiprocess gauge would read 0). Gauge modes: rates, the floor, in-flight and
+    waiters add up over live processes (``livesum``); latencies, the window, the fallback flag and
+    the estimator state take the largest (``livemax``: a state reads 1 while any live process is in
+    it). Serve them with :func:`metrics_app`; :meth:`stop` removes this process's gauges.
     """
 
     def __init__(self, middleware: AdmitGate, interval: float = 1.0) -> None:
@@ -182,18 +204,15 @@ class MultiprocessSync:
 
         self.middleware, self.interval = middleware, interval
         self._last: Snapshot | None = None
-        self._handle: Any = None
-        summed = {RATE, CAPACITY, LAMBDA_NEW, HEADROOM, WAITERS, INFLIGHT}
-        names = {n for n, _, _ in _GAUGES} | {FLOOR, WAITERS, WINDOW, INFLIGHT, FALLBACK}
-        self.gauges = {
-            name: Gauge(name, _DOC[name], registry=None, multiprocess_mode="livesum" if name in summed else "livemax")
-            for name in names
-        }
-        self.decisions = Counter(DECISIONS, _DOC[DECISIONS], ["route", "class", "verdict"], registry=None)
+        self._handle: asyncio.TimerHandle | None = None
+        self.gauges: dict[str, Gauge] = {}
+        self._sums: dict[str, float] = {}  # each histogram's sum as written to this process's file
+        self.requests = Counter(REQUESTS, _DOC[REQUESTS], ["route", "class", "verdict"], registry=None)
+        self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
         self.backend_errors = Counter(BACKEND_ERRORS, _DOC[BACKEND_ERRORS], registry=None)
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
-                               multiprocess_mode="livesum")  # fmt: skip
+                               multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {
             name: Histogram(name, _DOC[name], buckets=bounds, registry=None)
             for name, bounds in ((PACING, PACING_BOUNDS), (RETRY_AFTER, RETRY_AFTER_BOUNDS),
@@ -205,38 +224,89 @@ class MultiprocessSync:
         if self._handle is None:
             self._tick()
 
+    def stop(self) -> None:
+        """Sync a last time, stop, and drop this process's live gauges (``mark_process_dead``)."""
+        from prometheus_client import multiprocess
+
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+            self.sync()
+        multiprocess.mark_process_dead(os.getpid())
+
     def _tick(self) -> None:
         self.sync()
         self._handle = asyncio.get_running_loop().call_later(self.interval, self._tick)
 
     def sync(self) -> None:
+        from prometheus_client import Gauge
+
         snap, last = snapshot(self.middleware), self._last
         self._last = snap
-        for labels, count in snap.decisions.items():
-            delta = count - (last.decisions.get(labels, 0) if last else 0)
-            if delta:
-                self.decisions.labels(*labels).inc(delta)
+        for labels, count in snap.requests.items():
+            _inc(self.requests.labels(*labels), count - (last.requests.get(labels, 0) if last else 0))
+        for route_class, count in snap.paced.items():
+            _inc(self.paced.labels(*route_class), count - (last.paced.get(route_class, 0) if last else 0))
         for outcome, count in snap.outcomes.items():
-            delta = count - (last.outcomes.get(outcome, 0) if last else 0)
-            if delta:
-                self.outcomes.labels(outcome).inc(delta)
-        if snap.backend_errors - (last.backend_errors if last else 0):
-            self.backend_errors.inc(snap.backend_errors - (last.backend_errors if last else 0))
+            _inc(self.outcomes.labels(outcome), count - (last.outcomes.get(outcome, 0) if last else 0))
+        _inc(self.backend_errors, snap.backend_errors - (last.backend_errors if last else 0))
         for name, value in snap.gauges.items():
-            self.gauges[name].set(value)
+            gauge = self.gauges.get(name)
+            if gauge is None:
+                summed = name in _SUMMED
+                gauge = Gauge(name, _DOC[name], registry=None, multiprocess_mode="livesum" if summed else "livemax")
+                self.gauges[name] = gauge
+            gauge.set(value)
         if last is None or last.estimator != snap.estimator:
             if last is not None:
                 self.estimator.labels(*last.estimator).set(0)
             self.estimator.labels(*snap.estimator).set(1)
-        for name, (_bounds, counts, total) in snap.histograms.items():
+        for name, (bounds, counts, total) in snap.histograms.items():
             before = last.histograms.get(name) if last else None
-            histogram = self.histograms[name]
-            for i, count in enumerate(counts):  # prometheus-client keeps per-bound (non-cumulative) counts
-                delta = count - (before[1][i] if before else 0)
-                if delta:
-                    histogram._buckets[i].inc(delta)
-            if total - (before[2] if before else 0.0):
-                histogram._sum.inc(total - (before[2] if before else 0.0))
+            if before is not None:
+                counts = [now - then for now, then in zip(counts, before[1], strict=True)]
+            held = self._sums.get(name, 0.0)
+            self._sums[name] = observe_counts(self.histograms[name], bounds, counts, held, total)
+
+
+def _inc(counter: Any, delta: float) -> None:
+    if delta > 0:
+        counter.inc(delta)
+
+
+def observe_counts(histogram: Any, bounds: Sequence[float], counts: Sequence[int], held: float, total: float) -> float:
+    """Add pre-aggregated counts to a prometheus-client ``histogram`` through its public ``observe``.
+
+    ``counts[i]`` new events fell in bucket i (``bounds`` ascending, then +Inf; values >= 0); the
+    histogram's sum is ``held`` now and must be ``total`` after. prometheus-client has no public way
+    to add counts, so each event is observed once, at a value inside its own bucket: every event
+    starts at its bucket's lowest value, and the rest of the sum is spread evenly over the finite
+    buckets' widths, the +Inf bucket taking what exceeds them. The event observed last takes the
+    remainder, from the bucket where it is farthest from an edge, so the sum comes out as ``total``
+    itself, unless every event sits on a bucket edge (an ulp can go). Returns the sum now held.
+    Cost: one ``observe`` per event (about 3 µs in multiprocess mode).
+    """
+    lows = [0.0, *(math.nextafter(bound, math.inf) for bound in bounds)]  # each bucket's lowest value
+    highs = [*bounds, math.inf]
+    start = sum(n * low for n, low in zip(counts, lows, strict=True))
+    room = sum(n * (high - low) for n, low, high in zip(counts, lows, bounds, strict=False))  # finite buckets
+    rest = max(0.0, total - held - start)
+    share = min(1.0, rest / room) if room > 0 else 0.0
+    values: dict[int, float] = {}  # bucket -> the value its events are observed at
+    for i, n in enumerate(counts):
+        if n > 0:
+            spread = max(0.0, rest - share * room) / n if i == len(bounds) else share * (highs[i] - lows[i])
+            values[i] = min(lows[i] + spread, highs[i])  # rounding must not move an event to another bucket
+    if not values:
+        return held
+    last = max(values, key=lambda i: min(values[i] - lows[i], highs[i] - values[i]))
+    for i, value in values.items():
+        for _ in range(counts[i] - (i == last)):
+            histogram.observe(value)
+            held += value  # what prometheus-client adds up, in the same order
+    remainder = min(max(total - held, lows[last]), highs[last])
+    histogram.observe(remainder)
+    return held + remainder
 
 
 def metrics_app(registry: CollectorRegistry | None = None) -> Any:

@@ -25,7 +25,17 @@ from .gate import Decision, Gate, Verdict
 from .headers import HeaderPolicy
 from .headroom import Headroom
 from .identity import KeyFunc, Recogniser, key_from_config
-from .metrics import RETRY_AFTER_BOUNDS, GateCollector, MultiprocessSync, multiprocess_dir
+from .metrics import (
+    ABANDONED,
+    AFTER_PACING,
+    AT_ONCE,
+    REJECTED,
+    RETRY_AFTER_BOUNDS,
+    TALLY,
+    GateCollector,
+    MultiprocessSync,
+    multiprocess_dir,
+)
 from .routing import Priority, Router, Rule
 from .schedule import SLOT_GRACE
 from .shared import RedisBudget, backend_from_url
@@ -114,7 +124,9 @@ class AdmitGate:
             fresh_pacing_delay=fresh_pacing_delay,
             now=clock(),
         )
-        self.router = Router(routes, exempt, default_class=default_class, classes=classes)
+        # With metrics, paths no rule names are labelled by the app's own route templates.
+        labels_from = app if metrics is not None else None
+        self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
         burst_now = self.gate.pacer.burst
         for rule in [*self.router.rules, self.router.default]:
             usable = burst_now * (1 - rule.priority.reserve)
@@ -126,14 +138,13 @@ class AdmitGate:
         self.headers = headers or HeaderPolicy()
         self.gate_websockets = bool(gate_websockets)
         # Bound once so the admit path does no attribute chasing.
-        self._exact_rule = self.router.static_rules.get
-        self._miss = self.router.miss
+        self._cached_rule = self.router.cache.get
         self._take = self.gate.pacer.try_take
         self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
         self._probes = self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
-        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> [admitted, paced, rejected]
+        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
         self.retry_after_sum = 0
         if isinstance(backend, str):
@@ -160,11 +171,11 @@ class AdmitGate:
             else:
                 await self.app(scope, receive, send)
             return
-        rule = self._exact_rule(scope["path"], self._miss) or self.router.resolve(scope["path"])
+        rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
-            outcome = 0  # Gate.admit's first branch, inlined: nobody holds a place and a token is free
+            outcome = AT_ONCE  # Gate.admit's first branch, inlined: nobody holds a place and a token is free
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
@@ -174,16 +185,19 @@ class AdmitGate:
             if self.backend is not None:
                 self.backend.start()
             decision = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
-            outcome = 0
+            outcome = AT_ONCE
             if decision.delay:
-                outcome = 1 if decision.verdict is Verdict.PACE else 2
+                paced = decision.verdict is Verdict.PACE
                 after, receive = await self._wait(decision, receive)
                 if after is None:  # the client went away while held
+                    if self._tally_on:
+                        self._count(rule, ABANDONED)
                     return
                 decision, now = after, self.clock()
+                outcome = AFTER_PACING if paced else AT_ONCE
             if decision.verdict is Verdict.REJECT:
                 if self._tally_on:
-                    self._count(rule, 2)
+                    self._count(rule, REJECTED)
                 await self._reject(scope, send, decision.retry_after, decision.rate, decision.key, now)
                 return
         if self._tally_on:
@@ -230,8 +244,11 @@ class AdmitGate:
                     self.backend.start()
                 if self._sync is not None:
                     self._sync.start()
-            elif message["type"] == "lifespan.shutdown" and self.backend is not None:
-                await self.backend.stop()
+            elif message["type"] == "lifespan.shutdown":
+                if self.backend is not None:
+                    await self.backend.stop()
+                if self._sync is not None:
+                    self._sync.stop()
             return message
 
         return lifespan_receive
@@ -240,7 +257,7 @@ class AdmitGate:
         key = (rule.template, rule.priority.name)
         counts = self.tally.get(key)
         if counts is None:
-            counts = self.tally[key] = [0, 0, 0]
+            counts = self.tally[key] = [0] * len(TALLY)
         counts[index] += 1
 
     # -- identity -------------------------------------------------------------------------

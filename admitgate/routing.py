@@ -3,7 +3,13 @@
 Rules are keyed by *route template* (Starlette syntax: ``/items/{id}``,
 ``/files/{path:path}``), never by raw path, so ``/items/1`` and ``/items/2`` share
 one rule and one metrics label. A rule sets the request's cost in tokens, its
-priority class, or exempts it from the gate (health checks, ``/metrics``).
+priority class, or exempts it from the gate (health checks, ``/metrics``). An exempt
+template covers everything mounted below it: ``/metrics`` also exempts ``/metrics/``
+and ``/metrics/x``, never ``/metricsfoo``.
+
+Paths no rule names get the default rule; with :class:`AppTemplates` their metrics label
+is the app's own route template (``/users/{user_id}``), and ``*`` only for paths the app
+does not route.
 
 Priority classes make H = μ − λ_new concrete: a *critical* class is never shed and is
 charged against capacity first (its rate is λ_new); other classes share what is
@@ -14,14 +20,18 @@ bucket, so it is shed before the classes above it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from starlette.routing import compile_path
+from starlette.routing import BaseRoute, Mount, Route, compile_path
 
 from .errors import ConfigError
 
 _CACHE_SIZE = 4096
+#: Most distinct route labels the app's own templates may add; paths beyond them count as ``*``.
+MAX_TEMPLATES = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +75,16 @@ class Rule:
 class Router:
     """Resolves a request path to its :class:`Rule`.
 
-    Templates without parameters match exactly and take precedence; parameterised
-    templates are tried in the order given and the first match wins.
+    Templates without parameters match exactly and take precedence; then exempt templates
+    match as prefixes on a path-segment boundary (``/metrics`` and ``/metrics/`` both cover
+    ``/metrics``, ``/metrics/`` and ``/metrics/...``; ``/`` covers only itself); then
+    parameterised templates are tried in the order given and the first match wins. Paths
+    nothing matches get :attr:`default`, labelled with the app's route template when ``app``
+    is given (see :class:`AppTemplates`; at most :data:`MAX_TEMPLATES` distinct labels).
 
-    ``routes``: template -> ``{"cost": float, "class": str}`` (or a :class:`Rule`).
-    ``exempt``: templates the gate never touches. Resolution of a raw path is cached
-    in a bounded dict, so an unbounded variety of paths costs bounded memory.
+    ``routes``: template -> ``{"cost": float, "class": str, "exempt": bool}`` (or a :class:`Rule`).
+    ``exempt``: templates the gate never touches. Resolution of a raw path is cached in
+    :attr:`cache`, a bounded dict, so an unbounded variety of paths costs bounded memory.
     """
 
     def __init__(
@@ -81,6 +95,7 @@ class Router:
         default_cost: float = 1.0,
         default_class: str = "default",
         classes: Mapping[str, Priority] | None = None,
+        app: Any = None,
     ) -> None:
         self.classes = dict(DEFAULT_CLASSES if classes is None else classes)
         self.default = Rule("*", self._cost("default_cost", default_cost), self._class("default_class", default_class))
@@ -97,19 +112,29 @@ class Router:
             rules.append(Rule(template, cost, prio, exempt=bool(spec.get("exempt", False))))
         self.rules = rules
         self.static_rules: dict[str, Rule] = {}  #: templates without parameters, matched exactly
+        self._prefixes: list[tuple[str, Rule]] = []  # exempt templates without parameters: path prefixes
         self._patterns: list[tuple[re.Pattern[str], Rule]] = []
         for rule in rules:
             if not rule.template.startswith("/"):
                 raise ConfigError("routes", "templates must start with '/'", rule.template)
             regex, _, converters = compile_path(rule.template)
-            if converters:
+            if rule.exempt and rule.template != "/":  # the path, with or without a final "/", and all below it
+                base = rule.template.rstrip("/")
+                if converters:
+                    self._patterns.append((compile_path(base)[0], rule))
+                    self._patterns.append((compile_path(base + "/{_below:path}")[0], rule))
+                else:
+                    self.static_rules.setdefault(base, rule)
+                    self._prefixes.append((base + "/", rule))
+            elif converters:
                 self._patterns.append((regex, rule))
             else:
                 self.static_rules.setdefault(rule.template, rule)
-        self._cache: dict[str, Rule] = {}
-        #: What ``static_rules.get(path, miss)`` returns for a path without an exact rule: the default
-        #: rule when there are no parameterised templates (no further work), else None (call :meth:`resolve`).
-        self.miss: Rule | None = None if self._patterns else self.default
+        self.templates = None if app is None else AppTemplates(app)
+        self._labelled: dict[str, Rule] = {}
+        #: Resolved paths: exact templates, then every path resolved so far (cleared when full).
+        #: ``cache.get(path)`` is the admit path's lookup; on None call :meth:`resolve`.
+        self.cache: dict[str, Rule] = dict(self.static_rules)
 
     def _cost(self, field: str, cost: object) -> float:
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):
@@ -121,17 +146,122 @@ class Router:
             raise ConfigError(field, f"unknown class; known: {sorted(self.classes)}", name)
         return self.classes[name]
 
-    def resolve(self, path: str) -> Rule:
-        rule = self.static_rules.get(path)
-        if rule is not None:
-            return rule
-        if not self._patterns:
-            return self.default
-        cache = self._cache
+    def resolve(self, path: str, scope: Mapping[str, Any] | None = None) -> Rule:
+        """The rule for ``path`` (``scope``, the request's, gives the app's ``root_path``)."""
+        cache = self.cache
         rule = cache.get(path)
         if rule is None:
-            rule = next((r for regex, r in self._patterns if regex.match(path)), self.default)
-            if len(cache) >= _CACHE_SIZE:
+            rule = self._match(path, scope)
+            if len(cache) >= _CACHE_SIZE + len(self.static_rules):
                 cache.clear()
+                cache.update(self.static_rules)
             cache[path] = rule
         return rule
+
+    def _match(self, path: str, scope: Mapping[str, Any] | None) -> Rule:
+        # exact templates are in the cache from the start, so resolve() never gets here for them
+        for prefix, rule in self._prefixes:
+            if path.startswith(prefix):
+                return rule
+        for regex, rule in self._patterns:
+            if regex.match(path):
+                return rule
+        template = None if self.templates is None else self.templates.match(path, scope)
+        if template is None:
+            return self.default
+        labelled = self._labelled.get(template)
+        if labelled is None:
+            if len(self._labelled) >= MAX_TEMPLATES:
+                return self.default
+            labelled = self._labelled[template] = Rule(template, self.default.cost, self.default.priority)
+        return labelled
+
+
+class AppTemplates:
+    """The route templates of the app behind the gate, for metrics labels.
+
+    The route table is the first ``routes`` list found on ``app`` or down its chain of ``.app``
+    attributes (Starlette and FastAPI apps, their routers, and the middleware Starlette wraps
+    around its router all keep one), else on the request's ``scope["app"]``. It is read at the
+    first :meth:`match` and read again only when its length changes, then flattened: mounts are
+    entered (a mount of a plain ASGI app is ``<prefix>/{path:path}``), websocket and host routes
+    are left out. Matching is by path only, in the app's order, as Starlette's router does;
+    :class:`Router` calls it once per distinct raw path, so its cost stays off the admit path.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._table: Sequence[BaseRoute] | None = None
+        self._size = -1
+        self._exact: dict[str, str] = {}
+        self._patterns: list[tuple[re.Pattern[str], str | None]] = []
+
+    def match(self, path: str, scope: Mapping[str, Any] | None = None) -> str | None:
+        """The template of the app's route for ``path``, or None if the app routes it nowhere."""
+        table = self._table if self._table is not None else _route_table(self.app, scope)
+        if table is None:
+            return None
+        if table is not self._table or len(table) != self._size:
+            try:
+                self._compile(table)
+            except Exception:  # an odd route class must cost a label, never the request (a 500)
+                self._table, self._size, self._exact, self._patterns = table, len(table), {}, []
+        root = scope.get("root_path", "") if scope is not None else ""
+        if root and path.startswith(root + "/"):  # as Starlette's get_route_path
+            path = path[len(root) :]
+        template = self._exact.get(path)
+        if template is not None:
+            return template
+        for regex, found in self._patterns:
+            if regex.match(path):
+                return found
+        return None
+
+    def _compile(self, table: Sequence[BaseRoute]) -> None:
+        self._table, self._size = table, len(table)
+        self._exact, self._patterns = {}, []
+        for template, label in _flatten(table, ""):
+            try:
+                regex, _, converters = compile_path(template)
+            except ValueError:  # a mount and its route reuse a parameter name: no single template
+                continue
+            if converters:
+                self._patterns.append((regex, label))
+            elif label is not None and not any(r.match(template) for r, _ in self._patterns):
+                self._exact.setdefault(template, label)  # an earlier parameterised route would win
+
+
+def _route_table(app: Any, scope: Mapping[str, Any] | None) -> Sequence[BaseRoute] | None:
+    seen: set[int] = set()
+    while app is not None and id(app) not in seen:
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            return routes
+        seen.add(id(app))
+        app = getattr(app, "app", None)
+    outer = scope.get("app") if scope is not None else None
+    routes = getattr(outer, "routes", None)
+    return routes if isinstance(routes, list) else None
+
+
+def _flatten(routes: Iterable[BaseRoute], prefix: str) -> Iterator[tuple[str, str | None]]:
+    """(template to match, label) in routing order; label None: routed into a mount, matched by no route there."""
+    for route, path in _expand(routes):
+        if isinstance(route, Mount):
+            below = prefix + path + "/{path:path}"
+            children = route.routes
+            if children:
+                yield from _flatten(children, prefix + path)
+            yield below, None if children else below
+        elif isinstance(route, Route):
+            yield prefix + path, prefix + path
+
+
+def _expand(routes: Iterable[BaseRoute]) -> list[tuple[BaseRoute, str]]:
+    """Each route with its path. FastAPI (0.137 on) keeps an included router as one node of ``routes``;
+    its public ``iter_route_contexts`` expands those into their routes, with the include prefix in the path."""
+    # A FastAPI app has imported fastapi.routing already; any other app must not pay for importing it.
+    expand = getattr(sys.modules.get("fastapi.routing"), "iter_route_contexts", None)
+    if expand is None:  # plain Starlette, or a FastAPI that still copies included routes into ``routes``
+        return [(route, route.path) for route in routes if isinstance(route, (Mount, Route))]
+    return [(c.original_route, c.path) for c in expand(list(routes)) if c.path is not None]

@@ -1,4 +1,6 @@
-"""An app for the multiprocess-metrics test: ``uvicorn tests.mp_app:app --workers 2``."""
+"""Apps for the multiprocess-metrics tests: ``uvicorn tests.mp_app:app --workers 2`` (live headroom, floor 3
+per worker) and ``tests.mp_app:static_app`` (a static rate of 5/s per worker that rejects most of a burst).
+Starlette builds a middleware stack at its first call, so only the served app's gate is ever constructed."""
 
 from prometheus_client import REGISTRY
 from starlette.applications import Starlette
@@ -14,5 +16,8 @@ async def hello(request):
 
 
 app = Starlette(routes=[Route("/", hello), Route("/metrics", metrics_app())])
-app.add_middleware(AdmitGate, rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1e6, ceiling=1e6), burst=1e6,
-                   metrics=REGISTRY)  # fmt: skip
+app.add_middleware(AdmitGate, rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1e6, ceiling=1e6, floor=3),
+                   burst=1e6, metrics=REGISTRY)  # fmt: skip
+
+static_app = Starlette(routes=[Route("/", hello), Route("/metrics", metrics_app())])
+static_app.add_middleware(AdmitGate, rate=5, burst=1, max_pacing_delay=0, tarpit=0, ticket=False, metrics=REGISTRY)

@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from bisect import bisect_left
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom, ManualClock
 from admitgate import metrics as m
 from admitgate.demo import Upstream, demo_app
+from admitgate.gate import PACING_BOUNDS
+from admitgate.probes import LATENCY_BOUNDS
 from admitgate.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
+DASHBOARD = ROOT / "dashboards" / "admitgate.json"
 
 
 def promtool() -> str:
@@ -56,9 +68,10 @@ async def test_exposition_is_derived_from_the_gate(clock: ManualClock) -> None:
 
     def key(verdict: str) -> tuple[str, tuple]:
         labels = (("class", "default"), ("route", "/items/{id}"), ("verdict", verdict))
-        return f"{m.DECISIONS}_total", labels
+        return f"{m.REQUESTS}_total", labels
 
-    assert (got[key("admitted")], got[key("rejected")], got[key("paced")]) == (1, 1, 0)
+    assert (got[key("admitted")], got[key("rejected")], got[key("abandoned")]) == (1, 1, 0)
+    assert got[f"{m.PACED}_total", (("class", "default"), ("route", "/items/{id}"))] == 0
     assert got[f"{m.RETRY_AFTER}_count", ()] == 1
     assert got[f"{m.REQUEST_LATENCY}_count", ()] == 1
     assert got[m.RATE, ()] == 1.0 and got[m.FLOOR, ()] == 1.0
@@ -80,6 +93,53 @@ def test_promtool_accepts_the_exposition_and_the_deploy_files(tmp_path) -> None:
                  ["test", "rules", "alerts_test.yml"]):  # fmt: skip
         out = subprocess.run([promtool(), *args], cwd=DEPLOY, capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def grafana_regex(values: list[str]) -> str:
+    """A multi-value variable as Grafana's Prometheus datasource writes it into a query: escaped alternatives."""
+    return "(" + "|".join(re.escape(v).replace("\\", "\\\\") for v in values) + ")"
+
+
+def resolve_variables(dashboard: dict, prometheus_url: str) -> dict[str, list[str]]:
+    """Each query variable's ``label_values(selector, label)``, evaluated in order as Grafana does."""
+    values: dict[str, list[str]] = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        query = variable["query"]["query"]
+        for name, found in values.items():
+            query = query.replace(f"${name}", grafana_regex(found))
+        selector, label = re.fullmatch(r"label_values\((.+), (\w+)\)", query).groups()
+        reply = httpx.get(f"{prometheus_url}/api/v1/label/{label}/values", params={"match[]": selector}, timeout=5)
+        values[variable["name"]] = reply.json()["data"]
+        assert values[variable["name"]], f"dashboard variable ${variable['name']} has no values ({query})"
+    return values
+
+
+def panel_query(expr: str, selection: dict[str, str]) -> str:
+    """A panel query with the variables filled in, on this test's time scale (seconds of data, not minutes)."""
+    short = {"$__rate_interval": "10s", "[30s]": "[5s]", ":15s]": ":1s]", "[5m:": "[20s:"}
+    for old, new in [*short.items(), *((f"${name}", value) for name, value in selection.items())]:
+        expr = expr.replace(old, new)
+    return expr
+
+
+def test_dashboard_filters_every_panel_and_keeps_window_and_state_apart() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "job", "instance", "route"} <= variables
+    panels = {p["title"]: [t["expr"] for t in p["targets"]] for p in dashboard["panels"]}
+    for title, exprs in panels.items():
+        for expr in exprs:
+            assert 'job=~"$job"' in expr and 'instance=~"$instance"' in expr, (title, expr)
+            assert set(re.findall(r"\$(\w+)", expr)) <= variables | {"__rate_interval"}, expr
+            assert m.REQUESTS not in expr or 'route=~"$route"' in expr, expr
+    by_route = [t for t, exprs in panels.items() if any("by (route)" in e and 'verdict="rejected"' in e for e in exprs)]
+    assert by_route, "no per-route rejection panel"
+    for exprs in panels.values():  # different units: seconds vs a 0/1 state
+        assert not (any(m.WINDOW in e for e in exprs) and any(m.ESTIMATOR in e for e in exprs))
+    assert any(m.WINDOW in e for exprs in panels.values() for e in exprs)
+    assert any(m.ESTIMATOR in e for exprs in panels.values() for e in exprs)
 
 
 @pytest.mark.server
@@ -116,7 +176,7 @@ scrape_configs:
             deadline = time.monotonic() + 60
             while True:  # until rate() over the scrapes has something
                 try:  # until it is ready (it answers 503 with a text body while starting)
-                    reply = httpx.get(api, params={"query": f"sum(rate({m.DECISIONS}_total[5s]))"}, timeout=2)
+                    reply = httpx.get(api, params={"query": f"sum(rate({m.REQUESTS}_total[5s]))"}, timeout=2)
                     r = reply.json() if reply.status_code == 200 else {"data": {"result": []}}
                     if r["data"]["result"] and float(r["data"]["result"][0]["value"][1]) > 0:
                         break
@@ -124,16 +184,13 @@ scrape_configs:
                     pass
                 assert time.monotonic() < deadline, "Prometheus never scraped the app"
                 time.sleep(0.5)
-            dashboard = json.loads((ROOT / "dashboards" / "admitgate.json").read_text())
-            # the same queries on this test's time scale (seconds of data, not minutes)
-            short = {"$__rate_interval": "10s", "[30s]": "[5s]", ":15s]": ":1s]", "[5m:": "[20s:"}
-            exprs = []
-            for panel in dashboard["panels"]:
-                for target in panel["targets"]:
-                    expr = target["expr"]
-                    for old, new in short.items():
-                        expr = expr.replace(old, new)
-                    exprs.append(expr)
+            dashboard = json.loads(DASHBOARD.read_text())
+            variables = resolve_variables(dashboard, f"http://127.0.0.1:{port}")
+            assert "/work" in variables["route"], variables  # the demo's route template, not "*"
+            chosen = {name: grafana_regex(values) for name, values in variables.items()}
+            everything = dict.fromkeys(variables, ".*")  # "All"
+            exprs = [panel_query(target["expr"], selection) for selection in (chosen, everything)
+                     for panel in dashboard["panels"] for target in panel["targets"]]  # fmt: skip
             import yaml
 
             rules = yaml.safe_load((DEPLOY / "alerts.yml").read_text())
@@ -153,16 +210,13 @@ scrape_configs:
             proc.wait(10)
 
 
-@pytest.mark.server
-def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
-    import os
-    import sys
-
+@contextlib.contextmanager
+def workers(target: str, directory: Path) -> Iterator[str]:
+    """``uvicorn <target> --workers 2`` with ``PROMETHEUS_MULTIPROC_DIR=directory``; yield its URL once it answers."""
     port = free_port()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.mp_app:app", "--workers", "2", "--port",
-                             str(port), "--host", "127.0.0.1", "--log-level", "warning"],
-                            cwd=ROOT, env=env)  # fmt: skip
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--workers", "2", "--port", str(port),
+                             "--host", "127.0.0.1", "--log-level", "warning"], cwd=ROOT, env=env)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -173,20 +227,105 @@ def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
             except httpx.HTTPError:
                 assert time.monotonic() < deadline and proc.poll() is None, "uvicorn --workers 2 did not start"
                 time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def scrape(url: str) -> tuple[str, dict[tuple[str, tuple], float]]:
+    text = httpx.get(url + "/metrics", timeout=5).text
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    return text, got
+
+
+def total(got: dict[tuple[str, tuple], float], name: str, **labels: str) -> float:
+    return sum(v for (n, key), v in got.items() if n == name and set(labels.items()) <= set(key))
+
+
+@pytest.mark.server
+def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
+    with workers("tests.mp_app:app", tmp_path) as url:
+        time.sleep(2.5)  # both workers have synced (from lifespan start-up), before any request
+        _, got = scrape(url)
+        states = {key: v for (name, key), v in got.items() if name == m.ESTIMATOR}
+        assert states and set(states.values()) <= {0.0, 1.0} and 1.0 in states.values(), states  # not 2
+        assert got[m.FLOOR, ()] == 2 * 3  # each worker's floor, added up as the rates are
+        assert got[m.RATE, ()] >= got[m.FLOOR, ()]
         for _ in range(300):  # a new connection each time, so both workers take some
             assert httpx.get(url + "/", timeout=5, headers={"connection": "close"}).status_code == 200
         time.sleep(2.5)  # each worker syncs once a second
-        text = httpx.get(url + "/metrics", timeout=5).text
-        got = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
-        admitted = sum(v for (name, labels), v in got.items()
-                       if name == f"{m.DECISIONS}_total" and ("verdict", "admitted") in labels)  # fmt: skip
-        assert admitted == 300
+        text, got = scrape(url)
+        assert total(got, f"{m.REQUESTS}_total", verdict="admitted") == 300
         assert got[f"{m.REQUEST_LATENCY}_count", ()] == 300
+        assert got[f"{m.REQUEST_LATENCY}_bucket", (("le", "+Inf"),)] == 300
+        assert set(v for (name, _), v in got.items() if name == m.ESTIMATOR) <= {0.0, 1.0}
         writers = {p.name.rsplit("_", 1)[-1] for p in tmp_path.glob("counter_*.db")}
         assert len(writers) == 2, writers  # both workers wrote their share
         check = subprocess.run([promtool(), "check", "metrics"], input=text.encode(), capture_output=True)
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    assert not list(tmp_path.glob("gauge_live*.db"))  # a worker that shuts down takes its live gauges along
+
+
+@pytest.mark.server
+def test_multiprocess_static_rate_exports_no_unset_gauges_and_exact_histograms(tmp_path) -> None:
+    with workers("tests.mp_app:static_app", tmp_path) as url:
+        replies = [httpx.get(url + "/", timeout=5, headers={"connection": "close"}) for _ in range(200)]
+        time.sleep(2.5)
+        text, got = scrape(url)
+    names = {name for name, _ in got}
+    assert not names & {m.FLOOR, m.BASELINE, m.LATENCY}, names  # no estimator: absent, as in one process, not 0
+    assert got[m.ESTIMATOR, (("estimator", "static"), ("state", "static"))] == 1  # not one per worker
+    retry_after = [int(r.headers["retry-after"]) for r in replies if r.status_code == 429]
+    assert retry_after and len(retry_after) + sum(r.status_code == 200 for r in replies) == 200
+    assert total(got, f"{m.REQUESTS}_total", verdict="admitted") == 200 - len(retry_after)
+    assert total(got, f"{m.REQUESTS}_total", verdict="rejected") == len(retry_after)
+    assert got[f"{m.RETRY_AFTER}_count", ()] == len(retry_after)
+    assert got[f"{m.RETRY_AFTER}_sum", ()] == sum(retry_after)  # exact, through observe() alone
+    for bound in m.RETRY_AFTER_BOUNDS:
+        le = (("le", repr(float(bound))),)
+        assert got[f"{m.RETRY_AFTER}_bucket", le] == sum(v <= bound for v in retry_after), bound
+    check = subprocess.run([promtool(), "check", "metrics"], input=text.encode(), capture_output=True)
+    assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+
+
+@st.composite
+def histogram_batches(draw: st.DrawFn) -> tuple[tuple[float, ...], list[list[float]], bool]:
+    """Bounds of one of the gate's histograms and values in batches (one per sync), bucket edges included;
+    and whether the values are whole seconds, as Retry-After values are."""
+    bounds = draw(st.sampled_from([m.RETRY_AFTER_BOUNDS, LATENCY_BOUNDS, PACING_BOUNDS]))
+    whole = draw(st.booleans())
+    value = st.integers(0, 300).map(float) if whole else st.floats(0, 3 * bounds[-1]) | st.sampled_from(bounds)
+    return bounds, draw(st.lists(st.lists(value, max_size=40), min_size=1, max_size=4)), whole
+
+
+@given(histogram_batches())
+def test_pre_aggregated_counts_are_observed_exactly(case) -> None:
+    bounds, batches, whole = case
+    direct, replayed = CollectorRegistry(), CollectorRegistry()
+    one_by_one = Histogram("h", "h", buckets=bounds, registry=direct)
+    aggregated = Histogram("h", "h", buckets=bounds, registry=replayed)
+    total = held = 0.0
+    for batch in batches:  # one batch per sync
+        counts = [0] * (len(bounds) + 1)
+        for value in batch:
+            one_by_one.observe(value)
+            counts[bisect_left(bounds, value)] += 1  # as the gate counts
+            total += value  # and adds up
+        held = m.observe_counts(aggregated, bounds, counts, held, total)
+    for le in [*(repr(float(b)) for b in bounds), "+Inf"]:
+        assert replayed.get_sample_value("h_bucket", {"le": le}) == direct.get_sample_value("h_bucket", {"le": le})
+    assert replayed.get_sample_value("h_sum") == held and direct.get_sample_value("h_sum") == total
+    # exact for whole seconds; otherwise an ulp can go when the remainder sits on a bucket's edge
+    assert held == total if whole else held == pytest.approx(total, rel=1e-12, abs=1e-15)
+
+
+def test_metrics_module_uses_only_public_prometheus_client_api() -> None:
+    tree = ast.parse((ROOT / "admitgate" / "metrics.py").read_text())
+    private = [f"{ast.unparse(node.value)}.{node.attr}" for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+               and not (isinstance(node.value, ast.Name) and node.value.id == "self")]  # fmt: skip
+    imported = [(node.module, a.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for a in node.names if a.name.startswith("_") or "._" in (node.module or "")]  # fmt: skip
+    assert private == [] and imported == []
