@@ -35,21 +35,45 @@ def _demo(args: argparse.Namespace) -> int:
         from prometheus_client import REGISTRY
 
         options = {"spread": args.spread, "metrics": REGISTRY}  # served at /metrics
+        if args.rate is not None:
+            options["rate"] = args.rate
     app = demo_app(upstream, gate=args.gate, **options)
     if not args.quiet:
-        print(
-            f"admitgate demo: /work has capacity {capacity:g} req/s; gate={args.gate}; http://{args.host}:{args.port}"
-        )
-    # Keep idle connections well past the largest Retry-After, so returning clients keep their connection key.
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, timeout_keep_alive=75)
+        told = "learnt live" if args.rate is None else f"typed in: {args.rate:g} req/s"
+        print(f"admitgate demo: /work has capacity {capacity:g} req/s; gate={args.gate} (capacity {told}); "
+              f"http://{args.host}:{args.port}")  # fmt: skip
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)  # uvicorn's defaults
     return 0
 
 
 def _server_args(args: argparse.Namespace) -> list[str]:
+    rate = [] if args.rate is None else ["--rate", str(args.rate)]
     return [
         "--gate", args.gate, "--spread", args.spread, "--workers", str(args.workers),
-        "--service-time", str(args.service_time), "--queue-timeout", str(args.queue_timeout),
+        "--service-time", str(args.service_time), "--queue-timeout", str(args.queue_timeout), *rate,
     ]  # fmt: skip
+
+
+def _steps(raw: str | None) -> list[tuple[float, int]]:
+    """``"5:10,20:20"`` -> [(5.0, 10), (20.0, 20)]: (seconds after the release, workers)."""
+    if not raw:
+        return []
+    try:
+        steps = [(float(t), int(w)) for t, w in (item.split(":") for item in raw.split(","))]
+    except ValueError:
+        raise ConfigError("step", "expected t:workers pairs like 5:10", raw) from None
+    if any(t < 0 or w < 0 for t, w in steps):
+        raise ConfigError("step", "times and workers must be >= 0", raw)
+    return steps
+
+
+def herd_ramp(workers: int, service_time: float, background: float, steps: list[tuple[float, int]]
+              ) -> list[tuple[float, float]]:  # fmt: skip
+    """H(t) = μ(t) − λ₀ as (t, H) points after the release, for the ∫H dt = M bound (H floored at 0)."""
+    points = [(0.0, max(0.0, workers / service_time - background))]
+    for t, count in steps:
+        points += [(t, points[-1][1]), (t, max(0.0, count / service_time - background))]
+    return points
 
 
 def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
@@ -57,6 +81,7 @@ def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
     from .serving import demo_server, pin
 
     headroom = capacity - args.background
+    steps = _steps(args.step)
     with demo_server(_server_args(args), cpu=0) as base:
         pin(1)
         try:  # the load generator must not be the bottleneck: uvloop where installed
@@ -73,9 +98,11 @@ def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
                 recognisable=not args.unrecognisable,
                 background_rate=args.background,
                 deadline=args.deadline,
+                steps=steps,
             )
         )
-    summary = summarise(result, headroom)
+    ramp = herd_ramp(args.workers, args.service_time, args.background, steps) if steps else ()
+    summary = summarise(result, headroom, ramp)
     summary["gate"] = args.gate
     if args.json:
         print(_json(summary))
@@ -85,17 +112,20 @@ def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
 
 
 def _print_summary(s: dict[str, object], capacity: float, background: float) -> None:
-    print(f"herd of {s['clients']} clients vs capacity {capacity:g} req/s with {background:g} req/s background")
+    print(f"herd of {s['clients']} clients vs capacity {capacity:g} req/s with {background:g} req/s of new arrivals")
     print(f"  gate                  {s['gate']}")
     print(f"  finished              {s['finished']}/{s['clients']}")
     print(f"  drain time            {s['drain_s']} s   (M/H = {s['bound_s']} s, ratio {s['drain_ratio']})")
+    if "bound_integral_s" in s:
+        print(f"  with capacity steps   ∫H dt = M at {s['bound_integral_s']} s, ratio {s['drain_ratio_integral']}")
     print(f"  edge arrivals/s       mean {s['edge_per_s_mean']}, peak/avg {s['edge_peak_to_avg']}")
     print(f"  attempts              {s['attempts']}   status counts {s['status_counts']}")
     print(f"  5xx                   {s['server_5xx']}")
     ra = (s["retry_after_min"], s["retry_after_p50"], s["retry_after_max"])
     print(f"  Retry-After min/p50/max  {ra[0]} / {ra[1]} / {ra[2]} s")
     print(f"  herd latency p50/p99  {s['herd_latency_p50_s']} / {s['herd_latency_p99_s']} s")
-    print(f"  background success    {s['background_success']}, p99 {s['background_p99_s']} s")
+    print(f"  new arrivals served   {s['new_served']} on their one try during the herd "
+          f"({s['background_success']} over the run), p99 {s['background_p99_s']} s")  # fmt: skip
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -221,8 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="503 after waiting this long for a worker, seconds (default: %(default)s)")  # fmt: skip
     demo.add_argument("--herd", type=int, default=0, metavar="N",
                       help="release N obeying clients and summarise (default: %(default)s, just serve)")  # fmt: skip
+    demo.add_argument("--rate", type=float, default=None,
+                      help="the service's capacity μ in req/s, typed in (default: none, learnt live)")  # fmt: skip
     demo.add_argument("--background", type=float, default=20.0,
-                      help="critical background req/s during the herd (default: %(default)s)")  # fmt: skip
+                      help="new arrivals per second on /work during the herd (default: %(default)s)")  # fmt: skip
+    demo.add_argument("--step", metavar="T:WORKERS",
+                      help="capacity changes during the herd, e.g. 5:10 (10 workers from 5 s in)")  # fmt: skip
     demo.add_argument("--ignore-fraction", type=float, default=0.0,
                       help="share of clients ignoring Retry-After (default: %(default)s)")  # fmt: skip
     demo.add_argument("--unrecognisable", action="store_true", help="new connection per try, no cookies")

@@ -2,8 +2,12 @@
 
 ``/work`` is served by ``workers`` workers taking ``service_time`` s each (capacity
 μ = workers / service_time requests/s). A request that cannot get a worker within
-``queue_timeout`` s fails with 503, as an overloaded service does. ``/status`` uses
-the same workers and is the *critical* background class; ``/health`` is exempt.
+``queue_timeout`` s fails with 503, as an overloaded service does. ``/stats`` reports the
+service's counters and changes its capacity on the fly (``?workers=10``, ``?service_time=0.2``);
+``/health`` and ``/stats`` are exempt from the gate.
+
+The gate runs on the library's defaults: no classes, and a capacity learnt live (no hint), unless
+``rate`` types one in (μ, requests/s) or ``ADMITGATE_*`` variables configure it.
 """
 
 from __future__ import annotations
@@ -17,17 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-#: Gate settings for the demo: /status is critical background traffic (λ_new).
-DEMO_ROUTES = {"/status": {"class": "critical"}}
-#: The static rate is set this far below capacity: at utilisation 1 a queue has no
-#: drift back to empty and its waits random-walk into the upstream's timeout. Measured
-#: (bench/herd.py, 2 rounds): 0.99 gave 11-18 upstream 503s per herd and no faster drain;
-#: 0.975 gave none.
-DEMO_UTILISATION = 0.975
-
 
 class Upstream:
-    """``workers`` slots of ``service_time`` s each, with a queue timeout (seconds)."""
+    """``workers`` slots of ``service_time`` s each, with a queue timeout (seconds); both can change live."""
 
     def __init__(self, workers: int = 20, service_time: float = 0.1, queue_timeout: float = 1.0) -> None:
         self.workers, self.service_time, self.queue_timeout = workers, service_time, queue_timeout
@@ -36,17 +32,37 @@ class Upstream:
         self.served = 0
         self.timeouts = 0
         self._slots: asyncio.Semaphore | None = None
+        self._withheld: list[asyncio.Task[None]] = []  # slots taken out of service by a shrink
 
     @property
     def capacity(self) -> float:
         """μ in requests/s."""
         return self.workers / self.service_time
 
-    async def serve(self) -> bool:
+    async def resize(self, workers: int) -> None:
+        """Serve with ``workers`` slots from now on: a shrink takes slots as they come free, a growth adds them."""
+        slots = self._semaphore()
+        while workers > self.workers:
+            task = self._withheld.pop() if self._withheld else None
+            if task is None or (task.done() and not task.cancelled()):
+                slots.release()  # a new slot, or one a shrink had taken out of service
+            else:
+                task.cancel()  # a shrink still waiting for a slot: stop waiting
+            self.workers += 1
+        while workers < self.workers:
+            self._withheld.append(asyncio.get_running_loop().create_task(slots.acquire()))  # type: ignore[arg-type]
+            self.workers -= 1
+
+    def _semaphore(self) -> asyncio.Semaphore:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
+        return self._slots
+
+    async def serve(self) -> bool:
+        """Serve one request: True when served, False when no worker came free within the queue timeout."""
+        slots = self._semaphore()
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.queue_timeout)
+            await asyncio.wait_for(slots.acquire(), self.queue_timeout)
         except asyncio.TimeoutError:
             self.timeouts += 1
             return False
@@ -56,13 +72,14 @@ class Upstream:
             await asyncio.sleep(self.service_time)
         finally:
             self.busy -= 1
-            self._slots.release()
+            slots.release()
         self.served += 1
         return True
 
 
 def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_options: Any) -> Starlette:
-    """The demo Starlette app. ``gate``: ``"admitgate"``, ``"slowapi"`` or ``"none"``."""
+    """The demo Starlette app. ``gate``: ``"admitgate"``, ``"slowapi"`` or ``"none"``; ``gate_options`` go to
+    :class:`~admitgate.middleware.AdmitGate` (none: its defaults, a capacity learnt live)."""
     up = upstream or Upstream()
 
     async def work(request: Request) -> Response:
@@ -74,16 +91,18 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
         return PlainTextResponse("ok")
 
     async def stats(request: Request) -> Response:
-        if "service_time" in request.query_params:  # a live capacity change, for experiments
-            try:
-                up.service_time = max(0.001, float(request.query_params["service_time"]))
-            except ValueError:
-                return JSONResponse({"error": "service_time must be a number"}, status_code=400)
+        query = request.query_params
+        try:  # a live capacity change, for experiments
+            if "service_time" in query:
+                up.service_time = max(0.001, float(query["service_time"]))
+            if "workers" in query:
+                await up.resize(max(0, int(query["workers"])))
+        except ValueError:
+            return JSONResponse({"error": "service_time and workers must be numbers"}, status_code=400)
         return JSONResponse({"served": up.served, "timeouts": up.timeouts, "peak_busy": up.peak_busy,
                              "capacity": up.capacity})  # fmt: skip
 
-    routes: list[BaseRoute] = [Route("/work", work), Route("/status", work), Route("/health", health),
-                               Route("/stats", stats)]  # fmt: skip
+    routes: list[BaseRoute] = [Route("/work", work), Route("/health", health), Route("/stats", stats)]
     registry = gate_options.pop("metrics", None)
     if registry is not None:
         from .metrics import metrics_app
@@ -95,11 +114,10 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     if gate == "admitgate":
         from .middleware import AdmitGate
 
-        options: dict[str, Any] = {"rate": up.capacity * DEMO_UTILISATION, "burst": up.workers, "routes": DEMO_ROUTES}
-        if os.environ.get("ADMITGATE_CONFIG") or os.environ.get("ADMITGATE_ESTIMATOR"):
+        options: dict[str, Any] = {}
+        if any(name.startswith("ADMITGATE_") for name in os.environ):
             from .config import load
 
-            options.pop("rate")
             options.update(load())  # the deployment's file and ADMITGATE_* variables
         options.update(gate_options)
         options["metrics"] = registry

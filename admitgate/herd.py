@@ -3,8 +3,10 @@
 Each client sends ``GET /work`` until it gets a 2xx, behaving as ``policy`` says on
 429/503: ``"obey"`` sleeps exactly Retry-After (as urllib3 and httpx-retries do) or,
 without one, a capped exponential backoff with full jitter; ``"ignore"`` retries
-every ``ignore_interval`` s. A background stream of ``background_rate`` requests/s
-(Poisson) goes to ``/status`` meanwhile. Every attempt is recorded and
+every ``ignore_interval`` s. Meanwhile *new arrivals* come at ``background_rate``
+requests/s (Poisson) to the same ``/work``: ordinary clients, each on a new connection,
+each making one attempt (served only if that attempt succeeds), as steady traffic does.
+``steps`` change the service's capacity during the run. Every attempt is recorded and
 :func:`summarise` turns the records into the herd figures. The run is bounded by
 ``deadline`` seconds and only ever targets the given (loopback) base URL.
 """
@@ -18,6 +20,7 @@ import statistics
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,14 +123,17 @@ async def run_herd(
     recognisable: bool = True,
     background_rate: float = 20.0,
     deadline: float = 60.0,
-    warmup: float = 3.0,
+    warmup: float = 6.0,
+    steps: Sequence[tuple[float, int]] = (),
     seed: int = 1,
 ) -> HerdResult:
     """Release ``clients`` at once against ``base_url``; see the module docstring.
 
     ``recognisable=False`` makes each attempt a new connection without cookies, so the
-    gate cannot tell a returning client from a new one. Background traffic starts
-    ``warmup`` seconds before the release, as steady traffic would be.
+    gate cannot tell a returning client from a new one. New arrivals start ``warmup``
+    seconds before the release, as steady traffic would be (the gate measures λ_new over
+    the last five whole seconds). ``steps``: ``(seconds after the release, workers)``, sent
+    to the demo service's ``/stats?workers=``.
     """
     rng = random.Random(seed)
     result = HerdResult(clients)
@@ -163,7 +169,7 @@ async def run_herd(
 
         async def fire() -> None:
             sent = time.monotonic() - release
-            status, _ = await _Http1(host, port, keep_alive=False).get("/status")
+            status, _ = await _Http1(host, port, keep_alive=False, cookies=False).get("/work")
             result.attempts.append(Attempt(-1, sent, time.monotonic() - release, status, None))
 
         while not until.is_set() and background_rate > 0 and time.monotonic() < stop_at:
@@ -174,14 +180,21 @@ async def run_herd(
         if tasks:
             await asyncio.wait(tasks)
 
+    async def step(at: float, workers: int) -> None:
+        await asyncio.sleep(max(0.0, release + at - time.monotonic()))
+        await _Http1(host, port, keep_alive=False).get(f"/stats?workers={workers}")
+
     herd_done = asyncio.Event()
     bg = asyncio.ensure_future(background(herd_done))
+    changes = [asyncio.ensure_future(step(at, workers)) for at, workers in steps]
     await asyncio.sleep(max(0.0, release - time.monotonic()))
     try:
         await asyncio.gather(*(one(i, c) for i, c in enumerate(pool)))
     finally:
         herd_done.set()
         await bg
+        for change in changes:
+            change.cancel()
         for c in pool:
             c.close()
     return result
@@ -194,8 +207,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
-    """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H.
+def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+    """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H. ``ramp``: H(t) as
+    ``(seconds after the release, H)`` points when capacity changes during the herd: the bound is then
+    the least T with ∫H dt = M (:func:`admitgate.planner.drain_time`), as ``bound_integral_s``.
 
     Edge peak-to-average is taken over the seconds in which the herd is coming back: whole
     seconds from second 1 (after the release itself) up to, not including, the second of the
@@ -213,6 +228,12 @@ def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
     ok_latency = [a.done - a.sent for a in herd if 200 <= a.status < 300]
     bg_ok = [a for a in bg if 200 <= a.status < 300]
     bound = result.clients / headroom
+    integral = {}
+    if ramp:
+        from .planner import drain_time
+
+        least = drain_time(result.clients, ramp)
+        integral = {"bound_integral_s": round(least, 3), "drain_ratio_integral": round(drain / least, 3)}
     # New arrivals during the herd: served on their one try? (the herd's window: release to drain)
     during = [a for a in bg if a.sent <= drain]
     # Crowds: how many rejected herd clients were told to come back within the same whole second.
@@ -238,4 +259,5 @@ def summarise(result: HerdResult, headroom: float) -> dict[str, Any]:
         "promised_peak_per_s": max(promised.values(), default=0),
         "background_p50_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.5), 3) if bg_ok else None,
         "background_p99_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.99), 3) if bg_ok else None,
+        **integral,
     }

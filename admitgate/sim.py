@@ -36,7 +36,6 @@ from .estimators import Static
 from .gate import Decision, Gate, Verdict
 from .headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
-from .planner import drain_time
 from .routing import DEFAULT_CLASSES
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
@@ -221,14 +220,10 @@ class Simulation:
                     self.progress(t)
         if open_loop and not s.clients:
             return {"scenario": s.name, "simulated_s": round(t, 3)}
-        summary = summarise(self._shifted(), headroom=self.headroom())
+        summary = summarise(self._shifted(), self.headroom(), self.headroom_points() if s.capacity else ())
         upstream = [v for k, v in self.series["admitted"].items() if k >= s.release_at + 1] or [0]
         mean_up = sum(upstream) / len(upstream)
         summary["upstream_peak_to_avg"] = round(max(upstream) / mean_up, 3) if mean_up else None
-        if s.capacity:  # the manual's ramping bound: the least T with ∫H dt = M after the release
-            bound = drain_time(s.clients, self.headroom_points())
-            summary["bound_integral_s"] = round(bound, 3)
-            summary["drain_ratio_integral"] = round(summary["drain_s"] / bound, 3)
         summary["scenario"] = s.name
         summary["gate"] = "admitgate" if s.gate else "none"
         summary["peak_concurrency"] = self.up.peak
