@@ -237,11 +237,11 @@ class Gate:
         shared = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate  # type: ignore[attr-defined]
-            shared = backend.shed_rate(self.schedule.backlog(now))  # type: ignore[attr-defined]
+            shared = backend.shed_rate(self.schedule.holders)  # type: ignore[attr-defined]
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
-        if shared is not None:
-            self.schedule.set_rate(shared, now)
+        if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
+            self.schedule.set_rate(min(shared, self._room(self.pacer.rate)), now)
             self._promise = shared
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
@@ -371,15 +371,16 @@ class Gate:
         schedule = self.schedule
         due = schedule.due_in(place[0], now)
         if due <= DUE_SLACK:
-            return self._turn(key, place, cost, keep, now)
+            return self._turn(key, place, cost, keep, now, since)
         left = self.max_pacing_delay - (now - since)
         soon = min(due, (place[0] - schedule.head(now)) / self._promise)
         if soon <= left and self.waiters < self.max_waiters:
             return self._pace(min(due, left), key, cost, keep, place, None, since)
         return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
 
-    def _turn(self, key: Hashable, place: Place, cost: float, keep: float, now: float) -> Decision:
-        """``key``'s place is due: its token now, or paced for it, or (μ was cut) back at the head of the queue.
+    def _turn(self, key: Hashable, place: Place, cost: float, keep: float, now: float, since: float) -> Decision:
+        """``key``'s place is due: its token now, or paced for it, or held a moment to ask again (the bucket
+        is short: μ was cut, or a shared budget's next grant has not come yet), or back at the head.
 
         The schedule only says when a client may come; the bucket still says how much goes in, so every
         admission stays within ``rate·t + burst`` whatever the schedule promised.
@@ -388,6 +389,9 @@ class Gate:
         longest = self.max_pacing_delay if self.waiters < self.max_waiters else 0.0
         token = pacer.reserve(cost, now, longest, keep)  # (not try_take: this request is counted already)
         if token is None:
+            left = self.max_pacing_delay - (now - since)
+            if left > self.refresh_interval and self.waiters < self.max_waiters:
+                return self._pace(self.refresh_interval, key, cost, keep, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
         schedule.forget(key, now)
         self.stats.scheduled += 1
@@ -479,7 +483,10 @@ class Gate:
         if due + (now - decision.since) <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
             return dataclasses.replace(decision, delay=due, token=token, epoch=pacer.epoch)
-        return ADMITTED  # (a rise of the rate can only have brought its token forward)
+        # The rate fell (less than a deep cut) and its token would come too late: it waits at the head of the
+        # schedule instead. Its token is not refunded (the reservations behind it keep their places): one
+        # token of capacity goes unused once, which is safer than letting two requests share it.
+        return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     def __repr__(self) -> str:
         return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"

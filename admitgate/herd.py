@@ -14,6 +14,8 @@ each making one attempt (served only if that attempt succeeds), as steady traffi
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import math
 import random
 import statistics
@@ -115,9 +117,11 @@ class _Http1:
 
 
 async def run_herd(
-    base_url: str,
+    base_url: str | Sequence[str],
     clients: int = 2000,
     *,
+    split: Sequence[float] = (),
+    path: str = "/work",
     ignore_fraction: float = 0.0,
     ignore_interval: float = 0.1,
     recognisable: bool = True,
@@ -133,13 +137,18 @@ async def run_herd(
     gate cannot tell a returning client from a new one. New arrivals start ``warmup``
     seconds before the release, as steady traffic would be (the gate measures λ_new over
     the last five whole seconds). ``steps``: ``(seconds after the release, workers)``, sent
-    to the demo service's ``/stats?workers=``.
+    to the demo service's ``/stats?workers=``. Several base URLs (replicas) share the herd in the
+    proportions ``split`` (default: evenly); each client keeps to its own.
     """
     rng = random.Random(seed)
     result = HerdResult(clients)
-    url = urllib.parse.urlsplit(base_url)
-    host, port = url.hostname or "127.0.0.1", url.port or 80
-    pool = [_Http1(host, port, keep_alive=recognisable, cookies=recognisable) for _ in range(clients)]
+    bases = [base_url] if isinstance(base_url, str) else list(base_url)
+    targets = [(url.hostname or "127.0.0.1", url.port or 80) for url in map(urllib.parse.urlsplit, bases)]
+    weights = list(split) or [1.0] * len(targets)
+    edges = list(itertools.accumulate(w / sum(weights) * clients for w in weights))
+    home = [targets[min(bisect.bisect_right(edges, i), len(targets) - 1)] for i in range(clients)]
+    host, port = targets[0]
+    pool = [_Http1(*home[i], keep_alive=recognisable, cookies=recognisable) for i in range(clients)]
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
     release = time.monotonic() + warmup
     stop_at = release + deadline
@@ -148,7 +157,7 @@ async def run_herd(
         attempt = 0
         while time.monotonic() < stop_at:
             sent = time.monotonic() - release
-            status, retry_after = await client.get("/work")
+            status, retry_after = await client.get(path)
             done = time.monotonic() - release
             result.attempts.append(Attempt(index, sent, done, status, retry_after))
             if 200 <= status < 300:
@@ -169,7 +178,8 @@ async def run_herd(
 
         async def fire() -> None:
             sent = time.monotonic() - release
-            status, _ = await _Http1(host, port, keep_alive=False, cookies=False).get("/work")
+            target = rng.choices(targets, weights)[0]
+            status, _ = await _Http1(*target, keep_alive=False, cookies=False).get(path)
             result.attempts.append(Attempt(-1, sent, time.monotonic() - release, status, None))
 
         while not until.is_set() and background_rate > 0 and time.monotonic() < stop_at:

@@ -153,7 +153,7 @@ class AdmitGate:
             raise ConfigError("backend", "expected a URL (memory://, redis://...) or a RedisBudget", backend)
         self.backend = backend
         if backend is not None:  # one budget for the fleet: `rate` is the fleet's rate
-            backend.attach(self.gate, rate if isinstance(rate, (int, float)) else None)
+            backend.attach(self.gate, rate if isinstance(rate, (int, float)) else None, clock)
         self._tally_on = metrics is not None
         self._sync: MultiprocessSync | None = None
         if metrics is not None:

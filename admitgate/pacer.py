@@ -20,10 +20,14 @@ the service can no longer keep. The debt floor keeps its length in seconds.
 
 from __future__ import annotations
 
+import math
+
 from .errors import ConfigError, non_negative, positive
 
 #: A rate below this share of the highest rate since the last epoch starts a new one.
 EPOCH_CUT = 0.5
+#: The refill rate of a paused pacer (tokens/s): so small that nothing is admitted, yet > 0 to divide by.
+PAUSED = 1e-9
 
 
 class TokenPacer:
@@ -38,8 +42,8 @@ class TokenPacer:
     admitted in any interval of length t is at most ``rate*t + burst``.
     """
 
-    __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_rate", "_tokens", "_updated", "epoch",
-                 "taken")  # fmt: skip
+    __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_rate", "_tokens", "_until", "_updated",
+                 "asked", "epoch", "taken")  # fmt: skip
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -49,9 +53,11 @@ class TokenPacer:
         self._tokens = self._burst
         self._updated = now
         self._axis, self._axis_at = 0.0, now  # the refill axis: tokens refilled by _axis_at
+        self._until = math.inf  # the refill stops here (a shared budget's grant runs out)
         self.epoch = 0  #: deep rate cuts so far: reservations of an earlier epoch must reserve again
         self._epoch_rate = self._rate  # the highest rate since the epoch began
         self.taken = 0  #: successful try_take calls (admissions at once)
+        self.asked = 0  #: reservations asked for, granted or not (demand for tokens beyond what was free)
 
     @property
     def rate(self) -> float:
@@ -65,7 +71,9 @@ class TokenPacer:
 
     def _refill(self, now: float) -> float:
         if now > self._updated:
-            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
+            end = now if now < self._until else self._until
+            if end > self._updated:
+                self._tokens = min(self._burst, self._tokens + (end - self._updated) * self._rate)
             self._updated = now
         return self._tokens
 
@@ -75,6 +83,7 @@ class TokenPacer:
             raise ConfigError("rate", "must be a finite number > 0", rate)
         tokens = self._refill(now)
         self._axis, self._axis_at = self.refilled(now), now
+        self._until = math.inf
         if rate < self._epoch_rate * EPOCH_CUT:
             self.epoch += 1
             self._tokens = max(tokens, 0.0)
@@ -83,6 +92,23 @@ class TokenPacer:
             self._epoch_rate = rate
         self._floor *= float(rate) / self._rate
         self._rate = float(rate)
+
+    def set_grant(self, rate: float, now: float, until: float = math.inf) -> None:
+        """Refill at ``rate`` from ``now`` until ``until`` (seconds), as a shared budget granted it.
+
+        A grant is a quantity, ``rate × (until − now)`` tokens: if the next grant comes late (a busy event
+        loop), the refill stops at ``until`` instead of going on at a rate nobody granted. A grant moves with
+        demand from one lease to the next; it is not a capacity that collapsed, so it starts no epoch:
+        reservations already made stand (their tokens were granted). A rate of 0 pauses the refill (a
+        budget that grants nothing, or a fail-closed fallback).
+        """
+        tokens = self._refill(now)
+        self._axis, self._axis_at = self.refilled(now), now
+        self._tokens = tokens
+        self._until = until
+        rate = max(float(rate), PAUSED)
+        self._floor *= rate / self._rate
+        self._rate = rate
 
     def set_burst(self, burst: float, now: float) -> None:
         """Change the bucket size at ``now`` (tokens above the new size are dropped)."""
@@ -98,7 +124,10 @@ class TokenPacer:
         """Take ``cost`` tokens if that leaves at least ``keep`` in the bucket."""
         tokens = self._tokens
         if now > self._updated:  # refill, inlined and branch-capped: this is the hot path
-            tokens += (now - self._updated) * self._rate
+            if now < self._until:
+                tokens += (now - self._updated) * self._rate
+            elif self._until > self._updated:  # a grant that ran out in between
+                tokens += (self._until - self._updated) * self._rate
             if tokens > self._burst:
                 tokens = self._burst
             self._updated = now
@@ -121,19 +150,20 @@ class TokenPacer:
         Charges the bucket at once, so later callers queue behind this one, and returns the
         reservation's place on the refill axis: :meth:`due_in` tells how long until its tokens
         exist (0.0 or less: now). Returns None and charges nothing if the wait would exceed
-        ``max_wait`` or the debt floor.
+        ``max_wait``, the debt floor, or the end of a shared budget's grant.
         """
+        self.asked += 1
         tokens = self._refill(now)
         missing = cost + keep - tokens
         wait = missing / self._rate if missing > 0 else 0.0
-        if wait > max_wait or tokens - cost < self._floor:
+        if wait > max_wait or tokens - cost < self._floor or now + wait > self._until:  # (beyond a grant: no)
             return None
         self._tokens = tokens - cost
         return self.refilled(now) + max(0.0, missing)
 
     def refilled(self, now: float) -> float:
         """Tokens the bucket has been refilled with by ``now`` (uncapped): the axis reservations stand on."""
-        return self._axis + self._rate * (now - self._axis_at)
+        return self._axis + self._rate * ((now if now < self._until else self._until) - self._axis_at)
 
     def due_in(self, place: float, now: float) -> float:
         """Seconds until the tokens of the reservation at ``place`` exist, at the current rate (<= 0: now)."""

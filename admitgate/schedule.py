@@ -161,7 +161,7 @@ def forecast(seconds: float, growth: float) -> float:
     With H(t) = H·(1+g)^t the work done by time τ is H·((1+g)^τ − 1)/ln(1+g); setting it equal to
     H·seconds gives τ = ln(1 + seconds·ln(1+g)) / ln(1+g). With g = 0 it is ``seconds``.
     """
-    if seconds <= 0 or growth <= 0:
+    if seconds <= 0 or growth < 1e-9:  # (no growth to speak of: and no denormal arithmetic)
         return seconds
     rate = math.log1p(growth)
     return math.log1p(seconds * rate) / rate

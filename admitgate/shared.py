@@ -10,7 +10,7 @@ path never waits for the network. What is shared is where the local tokens come 
   than an interval's refill, each gets its demand-weighted share of it, so the first to ask does not
   starve the others;
 * records the replica as alive for ``ttl`` seconds, with its own estimate of μ, its λ_new, the backlog
-  of its retry schedule (tokens of places not yet due) and its probe summary;
+  of its retry schedule (clients holding a place, served or due or not) and its probe summary;
 * forgets replicas whose TTL has passed (so a dead replica stops counting within ``ttl``, 3 s).
 
 The fleet rate μ is the configured rate, or, with live estimators, the sum of the live replicas' μ.
@@ -50,12 +50,18 @@ import logging
 import math
 import os
 import socket
+import time
 from typing import Any
 
+from .clock import Clock
 from .errors import ConfigError, integer, non_negative, positive
 from .gate import MIN_SHARE
 
 log = logging.getLogger("admitgate")
+
+#: A grant goes on refilling for this many lease intervals if the next lease is late; what it refills beyond
+#: its own interval is paid back to the shared bucket by that next lease.
+GRACE = 3.0
 
 LEASE = """
 local bucket, members, rates = KEYS[1], KEYS[2], KEYS[3]
@@ -63,6 +69,7 @@ local want, id, mine = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local fixed, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local interval = tonumber(ARGV[7]) or 0
 local backlog, new = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0
+local overdraft = tonumber(ARGV[10]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZADD', members, now + ttl, id)
@@ -85,6 +92,8 @@ local state = redis.call('HMGET', bucket, 'tokens', 'ts')
 local tokens = tonumber(state[1]) or burst
 local ts = tonumber(state[2]) or now
 if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
+-- tokens this replica refilled beyond its last grant because this lease came late: owed to the fleet
+tokens = tokens - overdraft
 -- a fair share: when the replicas together want more than an interval's refill, each gets its part of it
 local share = want
 if interval > 0 and wants > rate * interval then share = rate * interval * want / wants end
@@ -134,7 +143,7 @@ class RedisBudget:
         name: str = "admitgate",
         lease_interval: float = 0.1,
         ttl: float = 3.0,
-        timeout: float = 0.02,
+        timeout: float = 0.25,
         failures: int = 3,
         cooldown: float = 0.5,
         on_failure: str = "open",
@@ -164,6 +173,7 @@ class RedisBudget:
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
         self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
+        self._grant_rate = self._grant_at = self._grant_until = 0.0  # the last grant: tokens/s, from, until
         self.fleet_rate: float | None = None  # what the shared bucket refills at
         self.replicas = 1
         self.degraded = False  # running on the local fallback
@@ -176,16 +186,18 @@ class RedisBudget:
         self._task: asyncio.Task[None] | None = None
         self._seen = 0  # the gate's decision count at the last lease
 
-    def attach(self, gate: Any, fixed_rate: float | None) -> None:
-        """Take over ``gate``'s pacer. ``fixed_rate``: the fleet's configured rate (None: sum the replicas' H)."""
+    def attach(self, gate: Any, fixed_rate: float | None, clock: Clock = time.monotonic) -> None:
+        """Take over ``gate``'s pacer. ``fixed_rate``: the fleet's configured rate (None: sum the replicas' μ).
+        ``clock``: the gate's clock (seconds), for setting its pacer."""
         self.gate = gate
+        self.clock = clock
         gate.backend = self
         self._fixed = fixed_rate or 0.0
         self.fleet_rate = fixed_rate or gate.pacer.rate
         self.local_rate = gate.pacer.rate
         self._burst = gate.pacer.burst  # the fleet's burst
-        # Before the first lease (a few ms after the first request) only the local bucket's burst is admitted.
-        gate.pacer.set_rate(1e-6, gate.pacer._updated)
+        # Before the first lease (a few ms after start-up) only the local bucket's burst is admitted.
+        gate.pacer.set_grant(0.0, clock())
 
     # -- the lease loop ------------------------------------------------------------------------
     def start(self) -> None:
@@ -217,9 +229,11 @@ class RedisBudget:
         return fleet * backlog / total if backlog > 0 and total > backlog else fleet
 
     def _demand(self) -> float:
-        """Requests per second at this replica since the last lease (whatever the verdict)."""
+        """Tokens per second this replica's requests asked for since the last lease: taken at once, asked to
+        reserve (granted or not), or charged (critical). A client told to come back later because its place
+        is not due asks for none."""
         gate = self.gate
-        seen = gate.pacer.taken + gate.stats.critical + gate.stats.contended
+        seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical
         demand, self._seen = (seen - self._seen) / self.lease_interval, seen
         return demand
 
@@ -229,7 +243,15 @@ class RedisBudget:
         demand = self._demand()
         if self.degraded and now < self._retry_at:
             return False
-        want = max(1.0, demand * self.lease_interval * self.headroom)
+        # What the next interval will ask for: the recent demand, or what this replica's share of the fleet's
+        # schedule will bring back plus its new arrivals, whichever is more (a herd's returners come at their
+        # places, not at the rate they were turned away).
+        share = self.shed_rate(gate.schedule.holders) if gate.schedule.holders else None
+        if share is not None:  # its share of the fleet's schedule, and its new arrivals
+            new = gate.new_rate()
+            want = (share + new + math.sqrt(new)) * self.lease_interval
+        else:
+            want = max(1.0, demand * self.lease_interval * self.headroom)
         mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
         probes = gate.probes
         summary = f"{mine:.6g}"
@@ -237,9 +259,13 @@ class RedisBudget:
             last = probes.ring[-1]
             summary += f" completed={last.completed} latency={last.latency / max(1, last.completed):.6g}"
         pacer = gate.pacer
-        backlog = gate.schedule.backlog(gate.pacer._updated)
+        at = self.clock()
+        backlog = gate.schedule.holders
+        # The last grant went on refilling past its interval while this lease was late (a busy event loop):
+        # what it refilled beyond the grant is owed to the shared bucket.
+        overdraft = self._grant_rate * max(0.0, min(at, self._grant_until) - self._grant_at - self.lease_interval)
         args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval, backlog,
-                gate.new_rate()]  # fmt: skip
+                gate.new_rate(), overdraft]  # fmt: skip
         try:
             self.round_trips += 1
             reply = await asyncio.wait_for(self._script(keys=self.keys, args=args), self.timeout)
@@ -253,8 +279,11 @@ class RedisBudget:
         self.degraded, self._failed = False, 0
         self.granted += granted
         self.fleet_rate, self.replicas = rate, max(1, replicas)
-        pacer.set_burst(max(1.0, self._burst / self.replicas), pacer._updated)
-        pacer.set_rate(max(granted / self.lease_interval, 1e-6), pacer._updated)
+        at = self.clock()
+        pacer.set_burst(max(1.0, self._burst / self.replicas), at)
+        self._grant_rate, self._grant_at = granted / self.lease_interval, at
+        self._grant_until = at + self.lease_interval * GRACE
+        pacer.set_grant(self._grant_rate, at, self._grant_until)
         return True
 
     def _fail(self, now: float, exc: BaseException) -> None:
@@ -270,9 +299,9 @@ class RedisBudget:
         pacer = self.gate.pacer
         if self.on_failure == "open":
             share = (self.fleet_rate or pacer.rate) / max(1, self.replicas)
-            pacer.set_rate(max(share, 1e-6), pacer._updated)
+            pacer.set_grant(share, self.clock())
         else:
-            pacer.set_rate(1e-6, pacer._updated)
+            pacer.set_grant(0.0, self.clock())
 
     def __repr__(self) -> str:
         mode = "degraded" if self.degraded else "leasing"

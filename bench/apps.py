@@ -108,6 +108,15 @@ def admitgate_redis() -> Starlette:
     return app
 
 
+def fleet_replica() -> Starlette:
+    """One replica of a fleet sharing ``FLEET_RATE``/s through ``REDIS_URL``, on the gate's defaults."""
+    import os
+
+    app = _app()
+    app.add_middleware(AdmitGate, rate=float(os.environ["FLEET_RATE"]), backend=os.environ["REDIS_URL"])
+    return app
+
+
 def slowapi_redis() -> Starlette:
     """slowapi's pure-ASGI middleware with Redis storage (``REDIS_URL``), non-binding limit."""
     return _slowapi("SlowAPIASGIMiddleware", storage_uri=__import__("os").environ["REDIS_URL"])

@@ -1,7 +1,7 @@
 """A replica for the shared-budget tests: ``REDIS_URL=... FLEET_RATE=200 uvicorn tests.redis_app:app``.
 
-``/`` is gated (no pacing, no tarpit: admitted or 429 at once); ``/count`` (exempt) reports this replica's
-admissions and the backend's state as JSON.
+``/`` is gated (no pacing, no tarpit: admitted or 429 at once; with ``HERD=1``, the gate's defaults);
+``/count`` (exempt) reports this replica's admissions and the backend's state as JSON.
 """
 
 import json
@@ -34,6 +34,10 @@ async def inner(scope, receive, send):
     await send({"type": "http.response.body", "body": body})
 
 
-replica = AdmitGate(inner, rate=float(os.environ.get("FLEET_RATE", "200")), burst=20, max_pacing_delay=0,
-                    tarpit=0, exempt=("/count",), backend=os.environ["REDIS_URL"])  # fmt: skip
+if os.environ.get("HERD"):  # the library's defaults (pacing, tarpit), as a fleet facing a herd would run
+    replica = AdmitGate(inner, rate=float(os.environ["FLEET_RATE"]), exempt=("/count",),
+                        backend=os.environ["REDIS_URL"])  # fmt: skip
+else:  # no pacing, no tarpit: each request is admitted or gets its 429 at once
+    replica = AdmitGate(inner, rate=float(os.environ.get("FLEET_RATE", "200")), burst=20, max_pacing_delay=0,
+                        tarpit=0, exempt=("/count",), backend=os.environ["REDIS_URL"])  # fmt: skip
 app = replica

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Gate
-from admitgate.herd import _Http1
+from admitgate.herd import HerdResult, _Http1, run_herd
 from admitgate.serving import free_port, wait_for_redis
 from admitgate.shared import LEASE, RedisBudget, backend_from_url
 
@@ -122,9 +122,9 @@ def test_fail_closed_admits_nothing() -> None:
 class Fleet:
     """N uvicorn replicas of tests/redis_app.py on free ports, sharing one budget in Redis."""
 
-    def __init__(self, n: int, redis_url: str, rate: float) -> None:
+    def __init__(self, n: int, redis_url: str, rate: float, **env_extra: str) -> None:
         self.ports = [free_port() for _ in range(n)]
-        env = {**os.environ, "REDIS_URL": redis_url, "FLEET_RATE": str(rate)}
+        env = {**os.environ, "REDIS_URL": redis_url, "FLEET_RATE": str(rate), **env_extra}
         self.procs = [subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.redis_app:app", "--port", str(p),
                                         "--host", "127.0.0.1", "--log-level", "warning", "--lifespan", "off"],
                                        cwd=ROOT, env=env) for p in self.ports]  # fmt: skip
@@ -198,6 +198,30 @@ def test_four_replicas_share_one_budget(redis_server) -> None:
     assert set(statuses) <= {200, 429}, statuses
     granted = sum(c["granted"] for c in after)
     assert 190 <= rate <= 210, (rate, granted, after)  # within 5 % of the fleet's 200/s
+
+
+@pytest.mark.server
+def test_a_herd_split_unevenly_over_four_replicas_is_placed_on_one_fleet_schedule(redis_server) -> None:
+    """70/10/10/10: the busy replica does not tell its clients to wait as if it were alone, nor an idle one
+    as if its own lease were the fleet's: every replica's clients are told by the fleet's H."""
+    rate, clients = 400.0, 2000
+    fleet = Fleet(4, redis_server.url, rate=rate, HERD="1")
+
+    async def run() -> HerdResult:
+        await fleet.wait_ready()
+        bases = [f"http://127.0.0.1:{p}" for p in fleet.ports]
+        return await run_herd(bases, clients, split=(7, 1, 1, 1), path="/", background_rate=0, warmup=1.0,
+                              deadline=60.0)  # fmt: skip
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        fleet.close()
+    bound = clients / rate  # M / H_fleet: 5 s
+    told = [a.retry_after for a in result.attempts if a.retry_after is not None]
+    assert len(result.finished) == clients
+    assert {a.status for a in result.attempts} <= {200, 429}
+    assert told and max(told) <= 1.2 * bound  # one fleet schedule: never a lone replica's (or a lease's) horizon
 
 
 @pytest.mark.server
