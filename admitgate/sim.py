@@ -48,7 +48,7 @@ class Scenario:
 
     name: str = "cache-expiry herd"
     clients: int = 2000
-    release_at: float = 3.0  # background runs alone before this (warm-up)
+    release_at: float = 6.0  # new arrivals run alone before this (warm-up: λ_new is a median of 5 seconds)
     release_spread: float = 0.0  # clients released uniformly over this many seconds
     workers: int = 20
     service_time: float = 0.1  # mean
@@ -408,16 +408,16 @@ class Simulation:
 SCENARIOS: dict[str, dict[str, Any]] = {
     "cache-expiry": {"name": "cache-expiry herd"},
     # bench/herd.py's setup with the demo server's measured CPU on its one core: ~200 µs per request
-    # or queue timeout (no-gate herd: 2.99 s / 14,957), 108 µs per 429 (wrk against an all-rejecting gate)
+    # or queue timeout, 108 µs per 429 (wrk against an all-rejecting gate)
     "loopback-demo": {"name": "cache-expiry herd on the loopback demo server", "edge_cpu": 0.0002,
                       "reject_cpu": 0.000108},
     "outage-recovery": {"name": "outage, then recovery with a backlog", "release_spread": 10.0,
-                        "capacity": [(3.0, 0), (13.0, 20)]},
+                        "capacity": [(6.0, 0), (16.0, 20)]},
     "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},
-    "step-down": {"name": "capacity steps down by half during the herd", "capacity": [(5.0, 10)]},
-    "step-up": {"name": "capacity doubles during the herd", "capacity": [(5.0, 40)]},
-    "ramp": {"name": "capacity ramps from 5 to 20 workers (warming)",
-             "capacity": [(3.0 + i, 5 + i * 1.5) for i in range(11)]},
+    "step-down": {"name": "capacity halves 5 s into the herd", "capacity": [(11.0, 10)]},
+    "step-up": {"name": "capacity doubles 2 s into the herd", "capacity": [(8.0, 40)]},
+    "ramp": {"name": "capacity ramps from 5 to 20 workers over 10 s (warming)", "workers": 5,
+             "capacity": [(6.0 + i, 5 + i * 1.5) for i in range(11)]},
 }  # fmt: skip
 
 

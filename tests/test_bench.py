@@ -33,9 +33,17 @@ def test_overhead_smoke_with_wrk() -> None:
 
 def test_herd_smoke() -> None:
     result = run(str(BENCH / "herd.py"), "--clients", "400", "--rounds", "1", "--deadline", "40",
-                 "--scenarios", "admitgate,slowapi-200/s")  # fmt: skip
-    gated = result["median"]["admitgate"]
+                 "--scenarios", "admitgate static rate=200,slowapi 200/s")  # fmt: skip
+    gated = result["median"]["admitgate static rate=200"]
     assert gated["finished"] == 400 and gated["server_5xx"] == 0
+    assert set(result["met"]["admitgate static rate=200"]) == {"drain_ratio", "edge_peak_to_avg", "server_5xx",
+                                                               "new_served"}  # fmt: skip
+
+
+def test_schedule_matrix_smoke() -> None:
+    result = run(str(BENCH / "schedule.py"), "--seeds", "1")
+    assert len(result["matrix"]) == 16 and [b["clients"] for b in result["big"]] == [20_000, 40_000, 100_000]
+    assert all(b["server_5xx"] == 0 and b["crowd_ok"] for b in result["big"])
 
 
 def test_estimator_trials_smoke() -> None:
@@ -55,3 +63,8 @@ def test_estimator_live_smoke() -> None:
     result = run(str(BENCH / "estimator_live.py"), "--seconds", "8")
     assert {"before_step", "after_step", "estimates"} <= set(result)
     assert any("mu" in gauges for _, gauges in result["estimates"])  # the gate's estimate is on /metrics
+
+
+def test_fleet_herd_smoke() -> None:
+    result = run(str(BENCH / "fleet_herd.py"), "--clients", "400", "--rate", "200", "--rounds", "1")
+    assert result["median"]["server_5xx"] == 0 and result["runs"][0]["retry_after_max"] >= 1
