@@ -33,7 +33,8 @@ import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from enum import Enum
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from .errors import ConfigError, integer, non_negative, positive
 
@@ -163,6 +164,25 @@ class _Measured:
         return now + self.reprobe * self._rng.uniform(0.85, 1.15)
 
 
+class Phase(str, Enum):
+    """What :class:`BandwidthDelay` is doing (its ``state``, as metrics and logs show it)."""
+
+    STARTING = "starting"  # growing at start-up speed: the capacity has not been found yet
+    PROBING = "probing"  # growing at the probing pace: is there more capacity?
+    CRUISING = "cruising"  # holding at μ for a moment after a drain
+    DRAINING = "draining"  # admitting below μ until the queue a probe built is gone
+    REMEASURING = "re-measuring"  # admitting at 3/4 of μ to measure the baseline without a queue
+    APP_LIMITED = "app-limited"  # demand is below the rate: nothing to learn
+
+
+class _Signals(NamedTuple):
+    mu: float  # the capacity believed so far (the rate in force before any), requests/s
+    base: float  # baseline latency, seconds
+    delivered: float  # completions per second over the newest 0.5 s
+    queued: float  # requests in flight beyond what the throughput explains
+    queueing: bool  # a queue, confirmed
+
+
 class BandwidthDelay(_Measured):
     """Rate-based BBR: probe up while latency is at baseline; on saturation, μ = the delivered rate.
 
@@ -213,7 +233,30 @@ class BandwidthDelay(_Measured):
         self._quiet_busy = 0.0  # fewest in flight seen during it
         self._quiet = 0.0  # the rate admitted during it
 
+    @property
+    def state(self) -> str:
+        return self.phase.value
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self.phase = Phase(value)
+
     def estimate(self, w: Window) -> float:
+        s = self._signals(w)
+        if self._reprobe_at is None:
+            self._reprobe_at = self._reprobe_after(w.now)
+        if self.phase is Phase.REMEASURING:
+            return self._remeasuring(w, s)
+        if w.limiting and w.now >= self._reprobe_at and self.phase is not Phase.DRAINING:
+            return self._remeasure(w, s)
+        if self.phase is Phase.DRAINING:
+            return self._draining(w, s)
+        if s.queueing:
+            return self._saturated(w, s)
+        return self._open(w, s)
+
+    def _signals(self, w: Window) -> _Signals:
+        """What this window says: μ so far, the baseline, the delivered rate, and whether work is queueing."""
         mu = w.rate if self.mu is None else self.mu
         base = self._base(w)
         delivered = w.completion_rate if w.delivered is None else w.delivered
@@ -228,83 +271,89 @@ class BandwidthDelay(_Measured):
         # While demand is below the rate, a short queue is a burst of arrivals, and what is delivered is
         # the demand, not the capacity: act only on a queue that lasts three times as long.
         queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm)
-        if self.state == "draining":
+        if self.phase is Phase.DRAINING:
             queueing = queued > self.tolerance / 2 * expected + 1 or w.drops > 0  # hysteresis on the way out
-        if self._reprobe_at is None:
-            self._reprobe_at = self._reprobe_after(w.now)
-        if self.state == "re-measuring":
-            falling = w.busy < 0.95 * self._quiet_busy
-            self._quiet_busy = min(self._quiet_busy, w.busy)
-            if w.now < self._quiet_until or (falling and w.now < self._quiet_until + self.reprobe / 2):
-                return self._quiet  # until the queue is gone: in flight has stopped falling
-            # No queue left: in flight over admissions is the service's own latency (Little), with none of
-            # the lag of latencies measured at completion. (While the service drops requests, there is.)
-            if not w.drops and w.admit_rate >= LITTLE_MIN_RATE:
-                self._baseline.reset(self._little(w))
-            self._reprobe_at = self._reprobe_after(w.now)
-            self.state = "probing"  # carry on where it was: a re-measurement is not evidence of a queue
-            return mu
-        if w.limiting and w.now >= self._reprobe_at and self.state != "draining":
-            # Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a
-            # queue (BBR's PROBE_RTT; Envoy's minRTT window without pinning concurrency to 3).
-            self.state = "re-measuring"
-            self._quiet = 0.75 * max(mu, w.completion_rate)  # (μ may lag a rate that grew while starved)
-            self._quiet_until = w.now + max(0.3, 3 * base, 4 * max(0.0, queued) / self._quiet)
-            self._quiet_busy = w.busy
-            return self._quiet
-        if self.state == "draining":
-            if not queueing:
-                self._start_cruise(w.now)
-                return mu
-            if w.busy < 0.95 * self._drain_busy:
-                self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
-            elif w.admit_rate > 1.1 * self._drain_target:
-                self._drain_at = w.now  # admissions promised by the pacing queue at the old rate still go in
-            if w.now - self._drain_at < max(self.drain_time, 2 * base):
-                return self._drain_target
-            # In flight has stopped falling at this admission rate. Either a queue is in balance (the drain
-            # rate is not below the capacity, which may have just dropped), or there is no queue and the
-            # service itself is slower. Little's latency (in flight over admissions) tells them apart: admit
-            # a quarter less, and it falls with a queue but stays put with a slower service.
-            little = self._little(w)
-            if self._plateau is None:  # first plateau: cut by a quarter and look again
-                self._plateau, self._plateau_rate = little, max(delivered, 1e-3)
-                self._drain_target *= 0.75
-            elif little > 0.9 * self._plateau and not w.drops and w.admit_rate >= LITTLE_MIN_RATE:  # (drops: a queue)
-                self._baseline.reset(little)  # no queue: the service is this slow now
-                self.mu = self._plateau_rate
-                self._start_cruise(w.now)
-                return self.mu
-            else:  # a queue in balance at the first plateau: what it delivered there is the capacity
-                self.mu = mu = min(mu, self._plateau_rate)
-                self._plateau = None
-            self._drain_busy, self._drain_at = w.busy, w.now
+        return _Signals(mu, base, delivered, queued, queueing)
+
+    def _remeasure(self, w: Window, s: _Signals) -> float:
+        """Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a queue
+        (BBR's PROBE_RTT; Envoy's minRTT window without pinning concurrency to 3)."""
+        self.phase = Phase.REMEASURING
+        self._quiet = 0.75 * max(s.mu, w.completion_rate)  # (μ may lag a rate that grew while starved)
+        self._quiet_until = w.now + max(0.3, 3 * s.base, 4 * max(0.0, s.queued) / self._quiet)
+        self._quiet_busy = w.busy
+        return self._quiet
+
+    def _remeasuring(self, w: Window, s: _Signals) -> float:
+        falling = w.busy < 0.95 * self._quiet_busy
+        self._quiet_busy = min(self._quiet_busy, w.busy)
+        if w.now < self._quiet_until or (falling and w.now < self._quiet_until + self.reprobe / 2):
+            return self._quiet  # until the queue is gone: in flight has stopped falling
+        # No queue left: in flight over admissions is the service's own latency (Little), with none of
+        # the lag of latencies measured at completion. (While the service drops requests, there is.)
+        if not w.drops and w.admit_rate >= LITTLE_MIN_RATE:
+            self._baseline.reset(self._little(w))
+        self._reprobe_at = self._reprobe_after(w.now)
+        self.phase = Phase.PROBING  # carry on where it was: a re-measurement is not evidence of a queue
+        return s.mu
+
+    def _saturated(self, w: Window, s: _Signals) -> float:
+        """A queue is confirmed: what the service delivers now is what it can do; drain what was queued."""
+        # Start-up is over when the service delivers a good part of what is offered (its capacity is
+        # found). A service that delivers almost nothing of it has collapsed (an outage): when it comes
+        # back, its capacity is found again at start-up speed, not at the probing pace.
+        self._started = s.delivered >= w.rate * HEALTHY
+        self.mu = mu = max(s.delivered, 1e-3)
+        self.phase, self._drain_at, self._drain_busy, self._plateau = Phase.DRAINING, w.now, w.busy, None
+        return self._drain_rate(mu, s.queued)
+
+    def _draining(self, w: Window, s: _Signals) -> float:
+        if not s.queueing:
+            self._start_cruise(w.now)
+            return s.mu
+        if w.busy < 0.95 * self._drain_busy:
+            self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
+        elif w.admit_rate > 1.1 * self._drain_target:
+            self._drain_at = w.now  # admissions promised by the pacing queue at the old rate still go in
+        if w.now - self._drain_at < max(self.drain_time, 2 * s.base):
             return self._drain_target
-        if queueing:
-            # Saturated: what it delivers now is what it can do. A capacity that collapsed (an outage) is
-            # found again at start-up speed once it returns, not at the probing pace.
-            # Start-up is over when the service delivers a good part of what is offered (its capacity is
-            # found). A service that delivers almost nothing of it has collapsed (an outage): when it comes
-            # back, its capacity is found again at start-up speed, not at the probing pace.
-            self._started = delivered >= w.rate * HEALTHY
-            self.mu = mu = max(delivered, 1e-3)
-            self.state, self._drain_at, self._drain_busy, self._plateau = "draining", w.now, w.busy, None
-            return self._drain_rate(mu, queued)
+        # In flight has stopped falling at this admission rate. Either a queue is in balance (the drain
+        # rate is not below the capacity, which may have just dropped), or there is no queue and the
+        # service itself is slower. Little's latency (in flight over admissions) tells them apart: admit
+        # a quarter less, and it falls with a queue but stays put with a slower service.
+        little = self._little(w)
+        if self._plateau is None:  # first plateau: cut by a quarter and look again
+            self._plateau, self._plateau_rate = little, max(s.delivered, 1e-3)
+            self._drain_target *= 0.75
+        elif little > 0.9 * self._plateau and not w.drops and w.admit_rate >= LITTLE_MIN_RATE:  # (drops: a queue)
+            self._baseline.reset(little)  # no queue: the service is this slow now
+            self.mu = self._plateau_rate
+            self._start_cruise(w.now)
+            return self.mu
+        else:  # a queue in balance at the first plateau: what it delivered there is the capacity
+            self.mu = min(s.mu, self._plateau_rate)
+            self._plateau = None
+        self._drain_busy, self._drain_at = w.busy, w.now
+        return self._drain_target
+
+    def _open(self, w: Window, s: _Signals) -> float:
+        """No queue: hold when demand is below the rate, cruise after a drain, else grow the rate."""
         self._baseline.observe(w.latency, w.dt)
+        mu = s.mu
         if not w.limiting:
-            self.state = "app-limited"  # demand is below the rate: nothing to learn, hold
+            self.phase = Phase.APP_LIMITED  # demand is below the rate: nothing to learn, hold
             return max(mu, w.rate)
         if w.completion_rate > mu:
             mu = w.completion_rate  # delivered without a queue: capacity is at least this
         self.mu = mu
         if w.now < self._until:
-            self.state = "cruising"
+            self.phase = Phase.CRUISING
             return mu
-        self.state = "probing" if self._started else "starting"
+        self.phase = Phase.PROBING if self._started else Phase.STARTING
         gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
         # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
-        if w.rate < (1 + 2 * gain) * max(w.completion_rate, delivered):
+        if w.rate < (1 + 2 * gain) * max(w.completion_rate, s.delivered):
             return max(mu, w.rate) * (1 + gain) ** w.dt
         return w.rate
 
@@ -319,7 +368,7 @@ class BandwidthDelay(_Measured):
         return w.busy / w.admit_rate if w.admit_rate > 0 and w.busy > 0 else w.recent_latency
 
     def _start_cruise(self, now: float) -> None:
-        self.state = "cruising"
+        self.phase = Phase.CRUISING
         self._until = now + self.cruise * self._rng.uniform(0.5, 1.5) if self._started else now  # start-up: on
 
     def _drain_rate(self, mu: float, queued: float) -> float:
