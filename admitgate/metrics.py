@@ -47,6 +47,8 @@ LATENCY = f"{PREFIX}_latency_seconds"  # gauge: mean latency of the last estimat
 INFLIGHT = f"{PREFIX}_inflight_requests"  # gauge
 WAITERS = f"{PREFIX}_paced_waiting_requests"  # gauge: requests being held by pacing now
 WINDOW = f"{PREFIX}_safe_window_seconds"  # gauge: how far ahead the retry schedule reaches
+HOLDERS = f"{PREFIX}_schedule_clients"  # gauge: clients holding a place in the retry schedule
+OVERFLOW = f"{PREFIX}_schedule_overflow"  # counter: places beyond max_retry_after (told a folded value)
 ESTIMATOR = f"{PREFIX}_estimator_state"  # gauge 1 {estimator, state}
 REQUEST_LATENCY = f"{PREFIX}_request_latency_seconds"  # histogram: admission to last body byte
 PACING = f"{PREFIX}_pacing_delay_seconds"  # histogram of pacing holds
@@ -71,7 +73,7 @@ class Snapshot:
     requests: dict[tuple[str, str, str], int]  # (route, class, verdict) -> count
     paced: dict[tuple[str, str], int]  # (route, class) -> admitted after a pacing hold
     outcomes: dict[str, int]  # ok | dropped | error -> count (live headroom only)
-    backend_errors: int
+    counters: dict[str, int]  # metric name -> count (unlabelled counters)
     gauges: dict[str, float]  # metric name -> value
     estimator: tuple[str, str]  # (estimator, state)
     histograms: dict[str, tuple[tuple[float, ...], list[int], float]]  # name -> (bounds, per-bound counts, sum)
@@ -89,6 +91,8 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     FLOOR: "Configured floor of the rate (requests/s).",
     WAITERS: "Requests held by pacing now.",
     WINDOW: "How far ahead the retry schedule reaches (seconds).",
+    HOLDERS: "Clients holding a place in the retry schedule.",
+    OVERFLOW: "Rejections whose place lay beyond max_retry_after (told a value folded into it).",
     INFLIGHT: "Admitted requests in flight.",
     FALLBACK: "1 while the gate runs on its local fallback.",
     REQUESTS: "Gated requests by route template, class and verdict: admitted (reached the app, paced or not), "
@@ -103,7 +107,7 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
 }
 #: Multi-process mode: gauges that add up over a server's processes (each process has its own share
 #: of the rate and its own requests); the others take the largest value over live processes.
-_SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT})
+_SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT, HOLDERS})
 
 
 def snapshot(middleware: AdmitGate) -> Snapshot:
@@ -123,6 +127,7 @@ def snapshot(middleware: AdmitGate) -> Snapshot:
         gauges[FLOOR] = float(floor)
     gauges[WAITERS] = float(gate.waiters)
     gauges[WINDOW] = gate.schedule.horizon(now)
+    gauges[HOLDERS] = float(gate.schedule.holders)
     backend = getattr(gate, "backend", None)
     gauges[FALLBACK] = float(getattr(backend, "degraded", False))
     histograms: dict[str, tuple[tuple[float, ...], list[int], float]] = {
@@ -137,7 +142,8 @@ def snapshot(middleware: AdmitGate) -> Snapshot:
         outcomes = {"ok": probes.total - probes.total_drops, "dropped": probes.total_drops,
                     "error": probes.total_errors}  # fmt: skip
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
-    return Snapshot(requests, paced, outcomes, int(getattr(backend, "errors", 0)), gauges, estimator, histograms)
+    counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow}
+    return Snapshot(requests, paced, outcomes, counters, gauges, estimator, histograms)
 
 
 def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
@@ -177,7 +183,8 @@ class GateCollector(Collector):
             for outcome, count in snap.outcomes.items():
                 outcomes.add_metric([outcome], count)
             yield outcomes
-        yield CounterMetricFamily(BACKEND_ERRORS, _DOC[BACKEND_ERRORS], value=snap.backend_errors)
+        for name, count in snap.counters.items():
+            yield CounterMetricFamily(name, _DOC[name], value=count)
         for name, (bounds, counts, total) in snap.histograms.items():
             yield HistogramMetricFamily(name, _DOC[name], buckets=_buckets(bounds, counts), sum_value=total)
 
@@ -210,7 +217,7 @@ class MultiprocessSync:
         self.requests = Counter(REQUESTS, _DOC[REQUESTS], ["route", "class", "verdict"], registry=None)
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
-        self.backend_errors = Counter(BACKEND_ERRORS, _DOC[BACKEND_ERRORS], registry=None)
+        self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW)}
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {
@@ -249,7 +256,8 @@ class MultiprocessSync:
             _inc(self.paced.labels(*route_class), count - (last.paced.get(route_class, 0) if last else 0))
         for outcome, count in snap.outcomes.items():
             _inc(self.outcomes.labels(outcome), count - (last.outcomes.get(outcome, 0) if last else 0))
-        _inc(self.backend_errors, snap.backend_errors - (last.backend_errors if last else 0))
+        for name, count in snap.counters.items():
+            _inc(self.counters[name], count - (last.counters[name] if last else 0))
         for name, value in snap.gauges.items():
             gauge = self.gauges.get(name)
             if gauge is None:

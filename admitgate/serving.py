@@ -47,6 +47,13 @@ def wait_for_redis(url: str, timeout: float = 10.0) -> None:
 @contextlib.contextmanager
 def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[str]:
     """Run ``admitgate demo`` (serving only) on a free loopback port; yield its base URL."""
+    with demo_process(args, cpu=cpu, ready_timeout=ready_timeout) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def demo_process(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[tuple[str, int]]:
+    """:func:`demo_server`, yielding ``(base URL, process id)`` (to read the server's memory, say)."""
     port = free_port()
     cmd = [sys.executable, "-m", "admitgate", "demo", "--port", str(port), "--quiet", *args]
     proc = subprocess.Popen(cmd, preexec_fn=lambda: pin(cpu))
@@ -64,7 +71,7 @@ def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float 
             if time.monotonic() > deadline:
                 raise RuntimeError("demo server did not become ready")
             time.sleep(0.1)
-        yield base
+        yield base, proc.pid
     finally:
         proc.terminate()
         try:
