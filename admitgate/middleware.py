@@ -6,7 +6,8 @@ Per HTTP request it admits, paces (holds the request until its reserved token
 exists, at most ``max_pacing_delay`` s), or rejects with 429 (or 503), a computed
 Retry-After that spreads the rejected cohort, rate-limit fields and a problem body.
 Lifespan and other scope types pass straight through; websocket handshakes are
-gated only with ``gate_websockets=True``. Exceptions from the app propagate unchanged.
+gated only with ``gate_websockets=True``; CORS preflights are never gated, and rejections carry
+what the app's own CORS policy adds (:mod:`admitgate.cors`). Exceptions from the app propagate unchanged.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 import anyio
 
 from .clock import Clock
+from .cors import AppCors, is_preflight
 from .errors import ConfigError
 from .gate import Decision, Gate, Verdict
-from .headers import HeaderPolicy
+from .headers import HeaderPolicy, merge_expose
 from .headroom import Headroom
 from .identity import KeyFunc, Recogniser, key_from_config
 from .metrics import (
@@ -136,6 +138,7 @@ class AdmitGate:
         self.ticket = ticket_from_config(ticket, secure_cookie)
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         self.headers = headers or HeaderPolicy()
+        self._cors = AppCors(self.headers.exposed)
         self.gate_websockets = bool(gate_websockets)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
@@ -171,6 +174,9 @@ class AdmitGate:
             else:
                 await self.app(scope, receive, send)
             return
+        if scope["method"] == "OPTIONS" and is_preflight(scope):  # the app's CORS layer answers it; no route runs
+            await self.app(scope, receive, send)
+            return
         rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         gate = self.gate
         now = self.clock()
@@ -203,7 +209,7 @@ class AdmitGate:
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
-            send = self._with_limit_fields(send)
+            send = self._with_limit_fields(scope, send)
         probes = self._probes
         if probes is None:
             await self.app(scope, receive, send)
@@ -327,11 +333,15 @@ class AdmitGate:
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
             cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
             headers.append((b"set-cookie", cookie))
-        await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        start = {"type": "http.response.start", "status": self.headers.status, "headers": headers}
+        if not self._cors.resolved:
+            self._cors.resolve(self, scope)
+        await self._cors.send(scope, send, (start, {"type": "http.response.body", "body": body}))
 
-    def _with_limit_fields(self, send: Send) -> Send:
+    def _with_limit_fields(self, scope: Scope, send: Send) -> Send:
         gate, policy, clock = self.gate, self.headers, self.clock
+        if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
+            self._cors.resolve(self, scope)
 
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -340,8 +350,7 @@ class AdmitGate:
                 remaining = max(0, int(tokens))
                 reset = None if remaining else max(1, math.ceil(gate.pacer.wait_time(1.0, now)))
                 fields = policy.limit_fields(gate.pacer.rate, remaining, reset)
-                fields.append((b"access-control-expose-headers", policy.expose))
-                message["headers"] = [*message.get("headers", ()), *fields]
+                message["headers"] = merge_expose([*message.get("headers", ()), *fields], policy.exposed)
             await send(message)
 
         return send_with_fields
