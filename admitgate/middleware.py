@@ -50,6 +50,20 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+#: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
+SMALL_BODY = 64 * 1024
+
+
+def _small_body(scope: Scope) -> bool:
+    """Whether a request has no body, or one whose Content-Length is at most :data:`SMALL_BODY`."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return len(value) <= 6 and value.isdigit() and int(value) <= SMALL_BODY
+        if name == b"transfer-encoding":  # chunked: of unknown length
+            return False
+    return True
+
+
 class AdmitGate:
     """Admission control for an ASGI app.
 
@@ -194,7 +208,7 @@ class AdmitGate:
             outcome = AT_ONCE
             if decision.delay:
                 paced = decision.verdict is Verdict.PACE
-                after, receive = await self._wait(decision, receive)
+                after, receive = await self._wait(decision, scope, receive)
                 if after is None:  # the client went away while held
                     if self._tally_on:
                         self._count(rule, ABANDONED)
@@ -273,25 +287,30 @@ class AdmitGate:
         return self._recognise(scope)
 
     # -- holds ----------------------------------------------------------------------------
-    async def _wait(self, decision: Decision, receive: Receive) -> tuple[Decision | None, Receive]:
+    async def _wait(self, decision: Decision, scope: Scope, receive: Receive) -> tuple[Decision | None, Receive]:
         """Serve the gate's holds until it says admit or reject; None if the client went away.
 
-        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body:
-        at most its first message is read, to notice a client that gives up, and the rest stays with
-        the server, whose flow control pushes back on the client. The app gets that message replayed.
+        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
+        the body stays with the server, whose flow control pushes back on the client. Only a request with
+        no body or a small one (:func:`_small_body`) has its first message read, to notice a client that
+        gives up; the app gets that message replayed. A larger body is not touched: its first message
+        would cost as much memory again as the server's own buffer, a client leaving later goes unnoticed
+        either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
+        is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
         """
         gate, clock = self.gate, self.clock
         first: Message | None = None
         gone = False
+        watched = _small_body(scope)
 
-        async def watch(scope: anyio.CancelScope) -> None:
+        async def watch(holding: anyio.CancelScope) -> None:
             nonlocal first, gone
             if first is None:
                 first = await receive()
             if first["type"] == "http.disconnect" or not first.get("more_body", False):
                 # the body is all in (or the client left): only a disconnect can come now
                 gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-                scope.cancel()  # the client left: stop holding
+                holding.cancel()  # the client left: stop holding
 
         current: Decision | None = decision
         while current is not None and current.delay:
@@ -301,7 +320,8 @@ class AdmitGate:
                 continue
             try:
                 async with anyio.create_task_group() as watching:
-                    watching.start_soon(watch, watching.cancel_scope)
+                    if watched:
+                        watching.start_soon(watch, watching.cancel_scope)
                     await self.sleep(current.delay)
                     watching.cancel_scope.cancel()
             except BaseException:
