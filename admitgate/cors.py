@@ -10,9 +10,9 @@ them, through Starlette's public surface: ``scope["app"].user_middleware`` holds
 ``Middleware(cls, *args, **kwargs)`` entries, and ``scope["app"].middleware_stack`` followed down its
 ``.app`` chain tells which of them sit outside the gate. Then:
 
-* a layer *inside* the gate (the gate added last, so outermost) never sees a rejection, so rejections are
-  sent through a ``CORSMiddleware`` built once from that layer's own options, its expose list merged
-  with the gate's;
+* a layer *inside* the gate (the gate added last, so outermost) never sees a rejection, so rejections get
+  what a ``CORSMiddleware`` built once from that layer's own options (its expose list merged with the
+  gate's) adds to a response for the request's Origin, worked out once per Origin;
 * a layer *outside* the gate adds ``Access-Control-Allow-Origin`` itself but would replace the gate's
   expose list, and nothing inside it can add to its list: its constructor is run again, once, with the
   app's own options and the merged list.
@@ -33,10 +33,10 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .headers import merge_names
+from .headers import EXPOSE, Header, merge_names
 
 log = logging.getLogger("admitgate")
-_RESPONSE = "admitgate.response"  # scope key: the messages _send_prepared sends
+MAX_ORIGINS = 1024  # distinct Origin values whose CORS fields are kept
 _MAX_LAYERS = 256  # the walk down a middleware stack stops here (a chain of .app that never ends)
 
 
@@ -55,13 +55,14 @@ class AppCors:
 
     ``expose``: the fields the gate adds (``HeaderPolicy.exposed``). Nothing is looked up until
     :meth:`resolve`, which the gate calls once, at its first rejection or first response with
-    rate-limit fields; :meth:`send` then sends each rejection.
+    rate-limit fields; :meth:`apply` then adds the CORS fields to each rejection.
     """
 
     def __init__(self, expose: Sequence[str]) -> None:
         self.expose = tuple(expose)
         self.resolved = False
-        self._through: ASGIApp | None = None  # CORS layers like the app's inner ones, around _send_prepared
+        self._through: ASGIApp | None = None  # layers like the app's CORS layers inside the gate, around a probe
+        self._fields: dict[bytes | None, list[Header]] = {}  # Origin -> what those layers make of the probe
 
     def resolve(self, gate: object, scope: Scope) -> None:
         """Find the app's CORS layers around and inside ``gate`` (from ``scope["app"]`` or ``gate.app``)."""
@@ -69,29 +70,45 @@ class AppCors:
         outer, inner = _locate(gate, scope)
         for layer, entry in outer:
             _merge_into(layer, entry, self.expose)
-        through: ASGIApp = _send_prepared
+        probe = [(EXPOSE, ", ".join(self.expose).encode())]
+
+        async def respond(scope: Scope, receive: Receive, send: Send) -> None:  # a rejection's CORS-relevant part
+            await send({"type": "http.response.start", "status": 429, "headers": list(probe)})
+            await send({"type": "http.response.body", "body": b""})
+
+        through: ASGIApp = respond
         for entry in reversed(inner):  # innermost first, as Starlette builds them
             bound = _options(entry, self.expose)
             if bound is not None:
                 through = entry.cls(through, *bound.args[1:], **bound.kwargs)
-        self._through = None if through is _send_prepared else through
+        self._through = None if through is respond else through
 
-    async def send(self, scope: Scope, send: Send, messages: Sequence[Message]) -> None:
-        """Send the gate's response ``messages``, with what the app's CORS layers inside the gate would add."""
+    async def apply(self, scope: Scope, headers: list[Header]) -> list[Header]:
+        """A rejection's ``headers`` with what the app's CORS layers inside the gate would add to it.
+
+        Those fields depend on the request's Origin alone (Fetch standard; Starlette's ``CORSMiddleware``
+        reads nothing else on a request that is not a preflight), so each Origin is run through the
+        layers once and the result reused, as the rejections themselves are (at most 1,024 Origins).
+        """
         if self._through is None:
-            for message in messages:
-                await send(message)
-        else:
-            await self._through({**scope, _RESPONSE: messages}, _no_body, send)
+            return headers
+        origin = next((value for name, value in scope["headers"] if name == b"origin"), None)
+        fields = self._fields.get(origin)
+        if fields is None:
+            shown: list[Message] = []
 
+            async def keep(message: Message) -> None:
+                shown.append(message)
 
-async def _send_prepared(scope: Scope, receive: Receive, send: Send) -> None:
-    for message in scope[_RESPONSE]:
-        await send(message)
+            await self._through(dict(scope), _no_body, keep)
+            if len(self._fields) >= MAX_ORIGINS:
+                self._fields.clear()
+            fields = self._fields[origin] = list(shown[0]["headers"])
+        return [field for field in headers if field[0] != EXPOSE] + fields
 
 
 async def _no_body() -> Message:
-    return {"type": "http.disconnect"}  # the rejection is sent whole: nothing below reads the request
+    return {"type": "http.disconnect"}  # the probe is sent whole: nothing below reads the request
 
 
 def _cors_entries(app: object) -> list[Middleware]:

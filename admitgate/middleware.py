@@ -353,10 +353,11 @@ class AdmitGate:
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
             cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
             headers.append((b"set-cookie", cookie))
-        start = {"type": "http.response.start", "status": self.headers.status, "headers": headers}
         if not self._cors.resolved:
             self._cors.resolve(self, scope)
-        await self._cors.send(scope, send, (start, {"type": "http.response.body", "body": body}))
+        headers = await self._cors.apply(scope, headers)
+        await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     def _with_limit_fields(self, scope: Scope, send: Send) -> Send:
         gate, policy, clock = self.gate, self.headers, self.clock

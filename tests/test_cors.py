@@ -204,3 +204,21 @@ async def test_a_gate_that_cannot_find_itself_warns_once_and_still_rejects(clock
             rejected = await http.get("/api", headers={"origin": ORIGIN})
             assert rejected.status_code == 429 and rejected.headers["access-control-allow-origin"] == ORIGIN
     assert sum("could not find itself" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.anyio
+async def test_each_origin_gets_its_own_cors_fields_however_many_come(clock: ManualClock, monkeypatch) -> None:
+    monkeypatch.setattr("admitgate.cors.MAX_ORIGINS", 2)  # the per-Origin results are cleared and learnt again
+    cors = Middleware(CORSMiddleware, allow_origin_regex=r"https://[a-c]\.example", allow_credentials=True)
+    origins = ["https://a.example", "https://b.example", None, "https://x.example", "https://c.example"] * 2
+    seen: dict[str, list[dict[str, list[str]]]] = {}
+    for order in ORDERS:  # gate inside: the app's own layer adds the fields (the oracle)
+        app = make_app(order, clock, cors, max_retry_after=60)
+        async with client(app) as http:
+            await http.get("/api")
+            responses = [await http.get("/api", headers={"origin": o} if o else {}) for o in origins]
+        assert {r.status_code for r in responses} == {429}
+        seen[order] = [{f: r.headers.get_list(f) for f in CORS_FIELDS} for r in responses]
+    assert seen["gate outside"] == seen["gate inside"]
+    assert seen["gate outside"][0]["access-control-allow-origin"] == ["https://a.example"]
+    assert seen["gate outside"][3]["access-control-allow-origin"] == []
