@@ -72,7 +72,7 @@ class AppCors:
             _merge_into(layer, entry, self.expose)
         probe = [(EXPOSE, ", ".join(self.expose).encode())]
 
-        async def respond(scope: Scope, receive: Receive, send: Send) -> None:  # a rejection's CORS-relevant part
+        async def respond(_: Scope, receive: Receive, send: Send) -> None:  # a rejection's CORS-relevant part
             await send({"type": "http.response.start", "status": 429, "headers": list(probe)})
             await send({"type": "http.response.body", "body": b""})
 
