@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 from .errors import ConfigError
 
@@ -32,6 +32,7 @@ Header = tuple[bytes, bytes]
 BodyHook = Callable[[int, int, str], tuple[bytes, str]]
 
 PROBLEM_JSON = "application/problem+json"
+EXPOSE = b"access-control-expose-headers"
 log = logging.getLogger("admitgate")
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -65,8 +66,8 @@ class HeaderPolicy:
     if it later fails, the rejection falls back to the problem document and a warning is logged.
     """
 
-    __slots__ = ("_expose", "_name", "_policy_cache", "_rejections", "body", "draft", "legacy", "on_admit",
-                 "policy_name", "status")  # fmt: skip
+    __slots__ = ("_expose", "_name", "_policy_cache", "_rejections", "body", "draft", "exposed", "legacy",
+                 "on_admit", "policy_name", "status")  # fmt: skip
 
     def __init__(
         self,
@@ -96,13 +97,10 @@ class HeaderPolicy:
             exposed += ["RateLimit", "RateLimit-Policy"]
         if legacy:
             exposed += ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+        self.exposed: tuple[str, ...] = tuple(exposed)  #: the fields browser code may read (Retry-After first)
         self._expose = ", ".join(exposed).encode()
         self._policy_cache: tuple[float, bytes, bytes] = (-1.0, b"", b"")
         self._rejections: dict[tuple[int, float], tuple[list[Header], bytes]] = {}
-
-    @property
-    def expose(self) -> bytes:
-        return self._expose
 
     def _policy(self, rate: float) -> tuple[bytes, bytes]:
         cached = self._policy_cache
@@ -148,7 +146,7 @@ class HeaderPolicy:
             (b"retry-after", str(retry_after).encode()),
             (b"cache-control", b"no-store"),
             *self.limit_fields(rate, 0, retry_after),
-            (b"access-control-expose-headers", self._expose),
+            (EXPOSE, self._expose),
         ]
         return headers, body
 
@@ -159,6 +157,35 @@ class HeaderPolicy:
             except Exception:  # a rejection must still go out: a 500 in a herd would be worse
                 log.warning("admitgate: the 429 body hook failed; sending the problem document", exc_info=True)
         return problem_body(self.status, retry_after, self.policy_name), PROBLEM_JSON
+
+
+def merge_names(first: Iterable[str], then: Iterable[str]) -> list[str]:
+    """The field names of ``first``, then those of ``then`` not among them (names compare case-insensitively)."""
+    merged: list[str] = []
+    seen: set[str] = set()
+    for field in (*first, *then):
+        field = field.strip()
+        if field and field.lower() not in seen:
+            seen.add(field.lower())
+            merged.append(field)
+    return merged
+
+
+def merge_expose(headers: Sequence[Header], names: Sequence[str]) -> list[Header]:
+    """``headers`` with ``names`` added to their Access-Control-Expose-Headers, as one field.
+
+    Another layer (the app's CORS middleware) may have put its own list there; two fields would also
+    reach a browser combined, but one list is what every cache and proxy reads the same way.
+    """
+    out: list[Header] = []
+    present: list[str] = []
+    for name, value in headers:
+        if name.lower() == EXPOSE:
+            present += value.decode("latin-1").split(",")
+        else:
+            out.append((name, value))
+    out.append((EXPOSE, ", ".join(merge_names(present, names)).encode("latin-1")))
+    return out
 
 
 def _checked_body(result: object) -> tuple[bytes, str]:

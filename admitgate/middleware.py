@@ -6,7 +6,8 @@ Per HTTP request it admits, paces (holds the request until its reserved token
 exists, at most ``max_pacing_delay`` s), or rejects with 429 (or 503), a computed
 Retry-After that spreads the rejected cohort, rate-limit fields and a problem body.
 Lifespan and other scope types pass straight through; websocket handshakes are
-gated only with ``gate_websockets=True``. Exceptions from the app propagate unchanged.
+gated only with ``gate_websockets=True``; CORS preflights are never gated, and rejections carry
+what the app's own CORS policy adds (:mod:`admitgate.cors`). Exceptions from the app propagate unchanged.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 import anyio
 
 from .clock import Clock
+from .cors import AppCors, is_preflight
 from .errors import ConfigError
 from .gate import Decision, Gate, Verdict
-from .headers import HeaderPolicy
+from .headers import HeaderPolicy, merge_expose
 from .headroom import Headroom
 from .identity import KeyFunc, Recogniser, key_from_config
 from .metrics import (
@@ -46,6 +48,20 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+#: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
+SMALL_BODY = 64 * 1024
+
+
+def _small_body(scope: Scope) -> bool:
+    """Whether a request has no body, or one whose Content-Length is at most :data:`SMALL_BODY`."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return len(value) <= 6 and value.isdigit() and int(value) <= SMALL_BODY
+        if name == b"transfer-encoding":  # chunked: of unknown length
+            return False
+    return True
 
 
 class AdmitGate:
@@ -136,6 +152,7 @@ class AdmitGate:
         self.ticket = ticket_from_config(ticket, secure_cookie)
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         self.headers = headers or HeaderPolicy()
+        self._cors = AppCors(self.headers.exposed)
         self.gate_websockets = bool(gate_websockets)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
@@ -171,6 +188,9 @@ class AdmitGate:
             else:
                 await self.app(scope, receive, send)
             return
+        if scope["method"] == "OPTIONS" and is_preflight(scope):  # the app's CORS layer answers it; no route runs
+            await self.app(scope, receive, send)
+            return
         rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         gate = self.gate
         now = self.clock()
@@ -188,7 +208,7 @@ class AdmitGate:
             outcome = AT_ONCE
             if decision.delay:
                 paced = decision.verdict is Verdict.PACE
-                after, receive = await self._wait(decision, receive)
+                after, receive = await self._wait(decision, scope, receive)
                 if after is None:  # the client went away while held
                     if self._tally_on:
                         self._count(rule, ABANDONED)
@@ -203,7 +223,7 @@ class AdmitGate:
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
-            send = self._with_limit_fields(send)
+            send = self._with_limit_fields(scope, send)
         probes = self._probes
         if probes is None:
             await self.app(scope, receive, send)
@@ -267,25 +287,30 @@ class AdmitGate:
         return self._recognise(scope)
 
     # -- holds ----------------------------------------------------------------------------
-    async def _wait(self, decision: Decision, receive: Receive) -> tuple[Decision | None, Receive]:
+    async def _wait(self, decision: Decision, scope: Scope, receive: Receive) -> tuple[Decision | None, Receive]:
         """Serve the gate's holds until it says admit or reject; None if the client went away.
 
-        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body:
-        at most its first message is read, to notice a client that gives up, and the rest stays with
-        the server, whose flow control pushes back on the client. The app gets that message replayed.
+        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
+        the body stays with the server, whose flow control pushes back on the client. Only a request with
+        no body or a small one (:func:`_small_body`) has its first message read, to notice a client that
+        gives up; the app gets that message replayed. A larger body is not touched: its first message
+        would cost as much memory again as the server's own buffer, a client leaving later goes unnoticed
+        either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
+        is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
         """
         gate, clock = self.gate, self.clock
         first: Message | None = None
         gone = False
+        watched = _small_body(scope)
 
-        async def watch(scope: anyio.CancelScope) -> None:
+        async def watch(holding: anyio.CancelScope) -> None:
             nonlocal first, gone
             if first is None:
                 first = await receive()
             if first["type"] == "http.disconnect" or not first.get("more_body", False):
                 # the body is all in (or the client left): only a disconnect can come now
                 gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-                scope.cancel()  # the client left: stop holding
+                holding.cancel()  # the client left: stop holding
 
         current: Decision | None = decision
         while current is not None and current.delay:
@@ -295,7 +320,8 @@ class AdmitGate:
                 continue
             try:
                 async with anyio.create_task_group() as watching:
-                    watching.start_soon(watch, watching.cancel_scope)
+                    if watched:
+                        watching.start_soon(watch, watching.cancel_scope)
                     await self.sleep(current.delay)
                     watching.cancel_scope.cancel()
             except BaseException:
@@ -327,11 +353,16 @@ class AdmitGate:
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
             cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
             headers.append((b"set-cookie", cookie))
+        if not self._cors.resolved:
+            self._cors.resolve(self, scope)
+        headers = await self._cors.apply(scope, headers)
         await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    def _with_limit_fields(self, send: Send) -> Send:
+    def _with_limit_fields(self, scope: Scope, send: Send) -> Send:
         gate, policy, clock = self.gate, self.headers, self.clock
+        if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
+            self._cors.resolve(self, scope)
 
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -340,8 +371,7 @@ class AdmitGate:
                 remaining = max(0, int(tokens))
                 reset = None if remaining else max(1, math.ceil(gate.pacer.wait_time(1.0, now)))
                 fields = policy.limit_fields(gate.pacer.rate, remaining, reset)
-                fields.append((b"access-control-expose-headers", policy.expose))
-                message["headers"] = [*message.get("headers", ()), *fields]
+                message["headers"] = merge_expose([*message.get("headers", ()), *fields], policy.exposed)
             await send(message)
 
         return send_with_fields
