@@ -45,7 +45,7 @@ from .pacer import TokenPacer
 from .probes import Probes
 from .routing import Priority
 from .schedule import PLACEMENTS, Place, Schedule, forecast
-from .settings import MAX_RATE, Settings
+from .settings import MAX_RATE, MIN_RATE, Settings
 
 log = logging.getLogger("admitgate")
 
@@ -480,4 +480,4 @@ def _initial_rate(headroom: Headroom, now: float) -> float:
         initial = headroom.rate(now)
     except Exception as exc:
         raise ConfigError("rate", f"the rate source failed: {exc!r}") from exc
-    return number("rate", initial, 0.0, MAX_RATE, above=True, unit="requests/s")
+    return number("rate", initial, MIN_RATE, MAX_RATE, unit="requests/s")

@@ -78,7 +78,7 @@ class HeaderPolicy:
         status: int = 429,
         body: BodyHook | None = None,
     ) -> None:
-        if isinstance(status, bool) or status not in _TITLES:
+        if not isinstance(status, int) or isinstance(status, bool) or status not in _TITLES:
             raise ConfigError("status", "must be 429 or 503", status)
         for name, value in (("draft", draft), ("legacy", legacy), ("on_admit", on_admit)):
             flag(name, value)

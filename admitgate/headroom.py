@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 from .errors import ConfigError, integer, non_negative, number, positive
 from .estimators import Estimator, Window
 from .probes import Probes
-from .settings import MAX_RATE
+from .settings import MAX_RATE, MIN_RATE
 
 log = logging.getLogger("admitgate")
 
@@ -50,7 +50,7 @@ class StaticHeadroom:
     __slots__ = ("_rate",)
 
     def __init__(self, rate: float) -> None:
-        self._rate = number("rate", rate, 0.0, MAX_RATE, above=True, unit="requests/s")
+        self._rate = number("rate", rate, MIN_RATE, MAX_RATE, unit="requests/s")
 
     def rate(self, now: float) -> float:
         return self._rate
@@ -116,8 +116,8 @@ class LiveHeadroom:
         if not isinstance(estimator, Estimator):
             raise ConfigError("headroom.estimator", "expected an Estimator", estimator)
         self.estimator = estimator
-        self.floor = number("headroom.floor", floor, 0.0, MAX_RATE, above=True, unit="requests/s")
-        self.ceiling = number("headroom.ceiling", ceiling, 0.0, MAX_RATE, above=True, unit="requests/s")
+        self.floor = number("headroom.floor", floor, MIN_RATE, MAX_RATE, unit="requests/s")
+        self.ceiling = number("headroom.ceiling", ceiling, MIN_RATE, MAX_RATE, unit="requests/s")
         if self.ceiling < self.floor:
             raise ConfigError("headroom.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
         self.initial = min(max(positive("headroom.initial", initial), self.floor), self.ceiling)

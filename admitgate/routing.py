@@ -160,7 +160,7 @@ class Router:
         for rule in [*self.rules, self.default]:
             usable = burst * (1 - rule.priority.reserve)
             if not rule.exempt and not rule.priority.critical and rule.cost > usable:
-                field = f"{self._fields[id(rule)]}.cost" if rule is not self.default else "default_cost"
+                field = f"{self._fields[id(rule)]}.cost" if rule is not self.default else "burst"
                 raise ConfigError(field, f"a burst of {burst:g} tokens (less the {rule.priority.name!r} class's "
                                          f"reserve) can never admit it; raise the burst", rule.cost)  # fmt: skip
 

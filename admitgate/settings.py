@@ -17,12 +17,14 @@ from .errors import choice, integer, number
 #: The most requests/s a rate (or a burst, in tokens) may be: far beyond any one process, and small
 #: enough that every quantity derived from it (waiters, debt, places) stays finite.
 MAX_RATE = 1e9
+#: The least: one request in 1000 s. A slower "rate" is a mistake, and 1/rate must stay finite.
+MIN_RATE = 1e-3
 #: Spreading policies: consecutive places in the retry schedule, or places drawn uniformly over it.
 SPREADS = ("schedule", "jitter")
 
 #: field -> (lowest, highest, lowest excluded, unit) for the numeric fields.
 BOUNDS: dict[str, tuple[float, float, bool, str]] = {
-    "burst": (0.0, MAX_RATE, True, "tokens"),
+    "burst": (1.0, MAX_RATE, False, "tokens"),  # a request costs 1 token unless its route says otherwise
     "max_pacing_delay": (0.0, 60.0, False, "seconds"),
     "max_waiters": (0, 10_000_000, False, "requests"),
     "spread_window": (0.0, 86_400.0, True, "seconds"),
@@ -43,7 +45,7 @@ _INTEGERS = frozenset({"max_waiters", "max_keys", "max_tarpitted", "new_window"}
 class Settings:
     """How the gate admits, paces and rejects. Times in seconds, rates in requests/s.
 
-    ``burst``: tokens admitted at once from idle (None: a tenth of the rate, at least 1).
+    ``burst``: tokens admitted at once from idle, at least 1 (None: a tenth of the rate, at least 1).
     ``max_pacing_delay``: the longest a request is held for its token (0 disables pacing).
     ``max_waiters``: most requests held at once (None: two pacing windows at the initial rate, at least 1000).
     ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog, or over
