@@ -1,26 +1,28 @@
 """admitgate: admission control that paces bursts and spreads rejected herds.
 
-from admitgate import AdmitGate
-app.add_middleware(AdmitGate, rate=200)
+    from admitgate import AdmitGate, Settings
+    app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
+
+These names are what an application writes; the machinery behind them (the gate, its pacer and
+schedule, routing, tickets) is importable from its own module for advanced use and tests.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .clock import Clock, ManualClock
+from .clock import ManualClock
+from .config import load
 from .errors import ConfigError
-from .estimators import AIMD, BandwidthDelay, Estimator, Gradient, Static
-from .gate import Decision, Gate, GateStats, Verdict
+from .estimators import AIMD, BandwidthDelay, Gradient, Static
 from .headers import HeaderPolicy
-from .headroom import Headroom, LiveHeadroom, StaticHeadroom
-from .identity import client_address, connection_key, header_key
+from .headroom import LiveHeadroom
+from .identity import Identity
+from .metrics import metrics_app
 from .middleware import AdmitGate
-from .pacer import TokenPacer
-from .probes import Probes
-from .routing import Priority, Router, Rule
-from .schedule import Schedule
-from .ticket import RetryTicket
+from .routing import Priority
+from .settings import Settings
+from .shared import RedisBudget
 
 try:
     __version__ = version("admitgate")
@@ -31,29 +33,17 @@ __all__ = [
     "AIMD",
     "AdmitGate",
     "BandwidthDelay",
-    "Clock",
     "ConfigError",
-    "Decision",
-    "Estimator",
-    "Gate",
-    "GateStats",
     "Gradient",
     "HeaderPolicy",
-    "Headroom",
+    "Identity",
     "LiveHeadroom",
     "ManualClock",
     "Priority",
-    "Probes",
-    "RetryTicket",
-    "Router",
-    "Rule",
-    "Schedule",
+    "RedisBudget",
+    "Settings",
     "Static",
-    "StaticHeadroom",
-    "TokenPacer",
-    "Verdict",
     "__version__",
-    "client_address",
-    "connection_key",
-    "header_key",
+    "load",
+    "metrics_app",
 ]

@@ -14,7 +14,7 @@ Clock = Callable[[], float]  # seconds, monotonic
 
 
 class ManualClock:
-    """A clock that only moves when told to: ``clock.advance(0.5)``."""
+    """A clock that only moves when told to: ``clock.advance(0.5)``, or ``await clock.sleep(0.5)``."""
 
     __slots__ = ("now",)
 
@@ -28,6 +28,14 @@ class ManualClock:
         if seconds < 0:
             raise ValueError("a monotonic clock cannot go back")
         self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on this clock: advance it by ``seconds`` (if positive) and yield to the event loop once."""
+        import anyio
+
+        if seconds > 0:
+            self.now += seconds
+        await anyio.sleep(0)
 
     def __repr__(self) -> str:
         return f"ManualClock(now={self.now!r})"

@@ -1,32 +1,49 @@
-"""Configuration from a TOML file and ``ADMITGATE_*`` environment variables, validated at start-up.
+"""Configuration from a TOML file and ``ADMITGATE_*`` environment variables: the objects code builds.
 
-    # admitgate.toml
-    [gate]
-    burst = 50
-    max_pacing_delay = 1.5
+    app.add_middleware(AdmitGate, **admitgate.load("admitgate.toml"))   # or $ADMITGATE_CONFIG
 
-    [headroom]
-    estimator = "bdp"        # static | bdp | gradient | aimd
-    initial = 200            # requests/s before any evidence
-    floor = 5
-    [headroom.bdp]
-    tolerance = 0.25
+The file has one section per group of :class:`~admitgate.middleware.AdmitGate`'s keywords::
 
-    app = AdmitGate(app, **admitgate.config.load("admitgate.toml"))
+    [gate]                      # AdmitGate's own: rate, exempt, default_class, metrics, workers, gate_websockets
+    rate = 200                  # omit to learn the capacity live (then [headroom] tunes the estimator)
+    exempt = ["/health", "/metrics"]
+    [settings]                  # admitgate.Settings: burst, max_pacing_delay, tarpit, ...
+    burst = 20
+    [identity]                  # admitgate.Identity: key, trusted_hops, forwarded, ticket, secure_cookie
+    ticket = "s3cret shared between replicas"
+    [headers]                   # admitgate.HeaderPolicy: status, legacy, on_admit, draft, policy_name, body
+    status = 503
+    [classes.batch]             # admitgate.Priority per class (replaces the default classes)
+    reserve = 0.5
+    [routes."/search/{q}"]      # route template -> cost, class, exempt
+    cost = 2
+    [headroom]                  # the live estimator: estimator, initial, floor, ... and [headroom.<estimator>]
+    estimator = "bdp"
+    [backend]                   # url, and admitgate.RedisBudget's options
+    url = "redis://redis:6379/0"
 
-Environment variables override the file: ``ADMITGATE_<KEY>`` for ``[gate]`` keys and
-``ADMITGATE_HEADROOM_<KEY>`` / ``ADMITGATE_<ESTIMATOR>_<PARAM>`` for the headroom (for example
-``ADMITGATE_ESTIMATOR=gradient``, ``ADMITGATE_HEADROOM_FLOOR=10``, ``ADMITGATE_BDP_TOLERANCE=0.3``).
-Every error is a :class:`~admitgate.errors.ConfigError` naming the field (``headroom.bdp.tolerance``).
-External probes are given as ``"module:attribute"`` import strings.
+Every key has a variable: ``ADMITGATE_<KEY>`` for the gate, settings and identity keys
+(``ADMITGATE_BURST``, ``ADMITGATE_TICKET``), ``ADMITGATE_HEADERS_<KEY>``, ``ADMITGATE_BACKEND`` (the URL)
+and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_HEADROOM_<KEY>``,
+``ADMITGATE_<ESTIMATOR>_<PARAM>``; ``ADMITGATE_ROUTES`` and ``ADMITGATE_CLASSES`` hold JSON objects.
+Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/health,/ready``), booleans
+``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
+names no setting is ignored with one warning. Every error is a :class:`~admitgate.errors.ConfigError`
+naming the file's ``section.key`` or the variable.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
+import inspect
+import json
+import logging
 import os
 import sys
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,50 +54,401 @@ else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
 
 from .errors import ConfigError
 from .estimators import ESTIMATORS, estimator_from_config
+from .headers import HeaderPolicy
 from .headroom import LiveHeadroom
+from .identity import Identity
 from .probes import Probes
+from .routing import Priority, Router
+from .settings import Settings
 
-#: ``[gate]`` keys accepted (AdmitGate keyword arguments that are plain values), with their types.
-GATE_KEYS: dict[str, type | tuple[type, ...]] = {
-    "rate": (int, float), "burst": (int, float), "max_pacing_delay": (int, float), "max_waiters": int,
-    "spread": str, "max_retry_after": (int, float), "exempt": list, "default_class": str, "key": str,
-    "trusted_hops": int, "forwarded": str, "ticket": bool, "secure_cookie": bool, "gate_websockets": bool,
-    "tarpit": (int, float), "max_tarpitted": int, "max_keys": int, "routes": dict, "standing_queue": (int, float),
-    "fresh_pacing_delay": (int, float), "backend": str,
-}  # fmt: skip
+log = logging.getLogger("admitgate")
+
 #: ``[headroom]`` keys (LiveHeadroom keyword arguments) besides ``estimator`` and the estimator tables.
 HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
                  "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
+SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend")
+#: Keys that moved out of ``[gate]``, and where to.
+_MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
+_TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
+_warned: set[str] = set()
+
+Convert = Callable[[object, bool], object]  # (value, from the environment) -> value; ValueError(problem) if bad
 
 
-def _import(field: str, spec: object) -> Any:
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ConfigError(field, "must be an import string 'module:attribute'", spec)
-    module, _, attr = spec.partition(":")
+# -- values ---------------------------------------------------------------------------------------
+def _number(value: object, env: bool) -> object:
+    if env and isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    return value
+
+
+def _whole(value: object, env: bool) -> object:
+    if env and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be a whole number")
+    return value
+
+
+def _bool(value: object, env: bool) -> object:
+    if env and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _text(value: object, env: bool) -> object:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def _secret(value: object, env: bool) -> object:
+    """``ticket``: true or false, else the shared secret itself."""
+    if env and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, (bool, str)):
+        raise ValueError("must be true, false or the shared secret (a string)")
+    return value
+
+
+def _function(value: object, env: bool) -> object:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError("must be an import string 'module:attribute'")
+    module, _, attr = value.partition(":")
     try:
         target: Any = importlib.import_module(module)
         for part in attr.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(field, f"cannot import ({exc})", spec) from None
+        raise ValueError(f"cannot import it ({exc})") from None
     if not callable(target):
-        raise ConfigError(field, "does not name a callable", spec)
+        raise ValueError("does not name a function")
     return target
 
 
-def _number(field: str, text: str) -> int | float | str | bool:
-    """Parse an environment value: int, float, bool, or else the string itself."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for kind in (int, float):
+def _key(value: object, env: bool) -> object:
+    """``key``: "connection", "header:<name>", or an import string naming a function."""
+    if isinstance(value, str) and value != "connection" and not value.startswith("header:") and ":" in value:
+        return _function(value, env)
+    return _text(value, env)
+
+
+def _templates(value: object, env: bool) -> object:
+    if env and isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("must be a list of strings")
+    return value
+
+
+def _table(value: object, env: bool) -> object:
+    if env and isinstance(value, str):
         try:
-            return kind(text)
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("must be a JSON object") from None
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a JSON object" if env else "must be a table")
+    return dict(value)
+
+
+def _metrics(value: object, env: bool) -> object:
+    """``metrics``: true (prometheus-client's global registry), false, or an import string naming a registry."""
+    if isinstance(value, str) and ":" in value:
+        module, _, attr = value.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import it ({exc})") from None
+    if _bool(value, env):
+        from prometheus_client import REGISTRY
+
+        return REGISTRY
+    return None
+
+
+_UnionType = type(int | str)
+
+
+def _kind(hint: object) -> Convert:
+    """The converter for a parameter annotated ``hint``."""
+    options = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, _UnionType) else {hint}
+    options.discard(type(None))
+    callables = {o for o in options if typing.get_origin(o) is Callable or o is Callable}
+    if bytes in options:
+        return _secret
+    if callables:
+        return _key if str in options else _function
+    for kind, convert in ((bool, _bool), (float, _number), (int, _whole), (str, _text)):
+        if kind in options:
+            return convert
+    raise TypeError(f"no converter for {hint!r}")  # a new parameter type: teach this module
+
+
+def _kinds(target: Any, skip: tuple[str, ...] = ()) -> dict[str, Convert]:
+    """Converters for the keyword parameters of ``target`` (a dataclass or a class's ``__init__``)."""
+    hints = typing.get_type_hints(target if dataclasses.is_dataclass(target) else target.__init__)
+    names = [p.name for p in inspect.signature(target).parameters.values() if p.kind is p.KEYWORD_ONLY or
+             p.default is not p.empty]  # fmt: skip
+    return {name: _kind(hints[name]) for name in names if name not in skip}
+
+
+def _schema() -> dict[str, dict[str, Convert]]:
+    from .shared import RedisBudget
+
+    return {
+        "gate": {"rate": _number, "exempt": _templates, "default_class": _text, "metrics": _metrics,
+                 "workers": _whole, "gate_websockets": _bool},
+        "settings": _kinds(Settings),
+        "identity": {**_kinds(Identity), "key": _key, "ticket": _secret},
+        "headers": _kinds(HeaderPolicy),
+        "backend": {"url": _text, **_kinds(RedisBudget, skip=("client",))},
+    }  # fmt: skip
+
+
+# -- the environment ------------------------------------------------------------------------------
+def _variable(var: str, flat: dict[str, tuple[str, str]]) -> tuple[str, str] | None:
+    """(section, key) that ``var`` sets, or None if it names no setting."""
+    name = var[len("ADMITGATE_") :].lower()
+    if name in flat:
+        return flat[name]
+    if name in ("routes", "classes"):
+        return name, ""
+    if name == "estimator":
+        return "headroom", "estimator"
+    for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("headroom_", "headroom")):
+        if name.startswith(prefix) and name[len(prefix) :]:
+            return section, name[len(prefix) :]
+    estimator, _, param = name.partition("_")
+    if estimator in ESTIMATORS and param:
+        return "headroom", f"{estimator}.{param}"
+    return None
+
+
+def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Convert]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(section, key): (raw value, variable)}`` for every ``ADMITGATE_*`` variable that names a setting."""
+    flat = {key: (section, key) for section in ("gate", "settings", "identity") for key in schema[section]}
+    flat["backend"] = ("backend", "url")
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for var, raw in env.items():
+        if not var.startswith("ADMITGATE_") or var == "ADMITGATE_CONFIG":
+            continue
+        place = _variable(var, flat)
+        if place is None:
+            if var not in _warned:
+                _warned.add(var)
+                known = [f"ADMITGATE_{k.upper()}" for k in flat]
+                near = difflib.get_close_matches(var, known, n=1)
+                log.warning("admitgate: %s is not an admitgate setting and is ignored%s", var,
+                            f" (did you mean {near[0]}?)" if near else "")  # fmt: skip
+            continue
+        found[place] = (raw, var)
+    return found
+
+
+# -- the file -------------------------------------------------------------------------------------
+def _read(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError("config", "file not found", str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("config", "is a directory, not a TOML file", str(path)) from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot be read ({exc.strerror})", str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", f"is not UTF-8 text (byte {exc.start})", str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", f"not valid TOML: {exc}", str(path)) from None
+    unknown = set(data) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], f"unknown section; known: {', '.join(SECTIONS)}")
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(section, "must be a table ([section])", table)
+    return data
+
+
+# -- loading --------------------------------------------------------------------------------------
+def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, now: float = 0.0) -> dict[str, Any]:
+    """AdmitGate keyword arguments from ``path`` (TOML; default ``$ADMITGATE_CONFIG``) and ``env``
+    (default ``os.environ``): only what was set, as the objects code builds (``Settings``, ``Identity``,
+    ``HeaderPolicy``, ``Priority``, ``LiveHeadroom``, ``RedisBudget``), so ``AdmitGate(app, **load())`` works.
+
+    A number in ``rate`` is the capacity, and then nothing is learnt: a ``[headroom]`` table beside it
+    is ignored with a warning (a deployment may set headroom defaults for every service). Without a
+    rate, ``[headroom]`` (or any ``ADMITGATE_HEADROOM_*``) tunes the estimator that learns it.
+    """
+    env = os.environ if env is None else env
+    path = path or env.get("ADMITGATE_CONFIG")
+    data = _read(path) if path else {}
+    schema = _schema()
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    names: dict[tuple[str, str], str] = {}  # (section, key) -> what to call it in an error
+    for section, table in data.items():
+        for key, value in table.items():
+            values[section][key] = value
+            names[section, key] = f"{section}[{key!r}]" if section in ("routes", "classes") else f"{section}.{key}"
+    for (section, key), (raw, var) in _from_env(env, schema).items():
+        if section in ("routes", "classes"):
+            values[section] = _convert(_table, raw, True, var)
+            names.update({(section, k): f"{var}[{k!r}]" for k in values[section]})
+        elif section == "headroom":
+            _put_headroom(values["headroom"], key, raw, var)
+            if "." not in key:  # an estimator's parameter keeps the file's name, headroom.<estimator>.<param>
+                names[section, key] = var
+        else:
+            values[section][key] = raw
+            names[section, key] = var
+    out: dict[str, Any] = {}
+    for section in ("gate", "settings", "identity", "headers", "backend"):
+        for key, value in values[section].items():
+            convert = schema[section].get(key)
+            if convert is None:
+                raise _unknown(section, key, schema, names)
+            from_env = names[section, key].startswith("ADMITGATE_")
+            values[section][key] = _convert(convert, value, from_env, names[section, key])
+    gate = values["gate"]
+    out.update({k: v for k, v in gate.items() if not (k == "metrics" and v is None)})
+    for section, kind in (("settings", Settings), ("identity", Identity), ("headers", HeaderPolicy)):
+        if values[section]:
+            out[section] = _build(kind, values[section], section, names)
+    if values["classes"]:
+        out["classes"] = _classes(values["classes"], names)
+    if values["routes"]:
+        out["routes"] = values["routes"]
+    _check_routes(out, names)
+    if values["backend"]:
+        backend = _backend(values["backend"], names)
+        if backend is not None:
+            out["backend"] = backend
+    headroom = values["headroom"]
+    if headroom and "rate" in gate:
+        log.warning("admitgate: rate=%r is the capacity, so nothing is learnt: the headroom settings (%s) are "
+                    "ignored", gate["rate"], ", ".join(sorted(headroom)))  # fmt: skip
+    elif headroom:
+        out["rate"] = _build(lambda **kw: headroom_from_config(kw, now=now), headroom, "headroom", names)
+    return out
+
+
+def _convert(convert: Convert, value: object, env: bool, name: str) -> Any:
+    try:
+        return convert(value, env)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc), value) from None
+
+
+def _put_headroom(table: dict[str, Any], key: str, raw: str, var: str) -> None:
+    """Put one ``ADMITGATE_*`` headroom value into the ``[headroom]`` table, typed as the file would be."""
+    if key == "capacity_probes":
+        value: Any = _templates(raw, True)
+    else:
+        value = raw if key in ("estimator", "probe_mode") else _guess(raw)
+    if "." in key:
+        estimator, _, param = key.partition(".")
+        nested = table.setdefault(estimator, {})
+        if not isinstance(nested, dict):
+            raise ConfigError(var, "conflicts with a headroom key of the same name")
+        nested[param] = value
+    else:
+        table[key] = value
+
+
+def _guess(raw: str) -> object:
+    """An environment value for a table whose keys are not typed here: a number, a boolean, or the string."""
+    for convert in (_whole, _number, _bool):
+        try:
+            return convert(raw, True)
         except ValueError:
             pass
-    return text
+    return raw
+
+
+Names = dict[tuple[str, str], str]  # (section, key) -> what an error calls it: settings.burst, ADMITGATE_BURST
+
+
+def _unknown(section: str, key: str, schema: dict[str, dict[str, Convert]], names: Names) -> ConfigError:
+    name = names[section, key]
+    if section == "gate" and key in _MOVED:
+        return ConfigError(name, f"moved to {_MOVED[key]}")
+    for other in ("settings", "identity"):
+        if section == "gate" and key in schema[other]:
+            return ConfigError(name, f"belongs in [{other}]")
+    return ConfigError(name, f"unknown key; known: {', '.join(schema[section])}")
+
+
+def _build(kind: Callable[..., Any], params: dict[str, Any], section: str, names: dict[tuple[str, str], str]) -> Any:
+    """``kind(**params)``, its ConfigError renamed after the key or variable that set the field."""
+    try:
+        return kind(**params)
+    except ConfigError as error:
+        raise _renamed(error, section, names) from None
+
+
+def _renamed(error: ConfigError, section: str, names: dict[tuple[str, str], str]) -> ConfigError:
+    field = error.field.removeprefix(f"{section}.")
+    head = field.split("[", 1)[0].split(".", 1)[0]
+    if (section, head) in names:
+        return error.renamed(names[section, head] + field[len(head) :])
+    if (section, "") in names or section in ("routes", "classes", "gate"):
+        return error
+    return error.renamed(f"{section}.{field}")
+
+
+def _classes(table: dict[str, Any], names: dict[tuple[str, str], str]) -> dict[str, Priority]:
+    classes = {}
+    for name, spec in table.items():
+        field = names.get(("classes", name), f"classes[{name!r}]")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(field, "must be a table of critical and reserve", spec)
+        unknown = set(spec) - {"critical", "reserve"}
+        if unknown:
+            raise ConfigError(field, f"unknown keys {sorted(unknown)}; known: critical, reserve")
+        try:
+            classes[name] = Priority(name, **spec)
+        except ConfigError as error:
+            raise ConfigError(field + error.field.partition("]")[2], error.problem, error.value) from None
+    return classes
+
+
+def _check_routes(out: dict[str, Any], names: dict[tuple[str, str], str]) -> None:
+    """Build the router once, so a bad route, template or class fails here, named as it was set."""
+    if not {"routes", "exempt", "classes", "default_class"} & set(out):
+        return
+    try:
+        Router(out.get("routes"), out.get("exempt", ()), classes=out.get("classes"),
+               default_class=out.get("default_class", "default"))  # fmt: skip
+    except ConfigError as error:
+        if error.field.startswith("routes["):
+            template, _, rest = error.field[len("routes[") :].partition("]")
+            where = {repr(key): name for (section, key), name in names.items() if section == "routes"}
+            raise error.renamed(where.get(template, f"routes[{template}]") + rest) from None
+        raise _renamed(error, "gate", names) from None
+
+
+def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:
+    """The shared budget (a :class:`~admitgate.shared.RedisBudget`, checked now), or None for ``memory://``."""
+    from .shared import backend_from_url
+
+    if "url" not in table:
+        raise ConfigError("backend.url", "is required with other [backend] keys")
+    options = {k: v for k, v in table.items() if k != "url"}
+    try:
+        return backend_from_url(table["url"], **options)
+    except ConfigError as error:
+        raise _renamed(error.renamed("backend.url") if error.field == "backend" else error, "backend", names) from None
 
 
 def headroom_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveHeadroom:
@@ -105,84 +473,15 @@ def headroom_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveHe
     probes = Probes(data.pop("probe_bucket", 0.1), data.pop("probe_buckets", 50), now=now)
     background = data.pop("background", 0.0)
     if isinstance(background, str):
-        background = _import("headroom.background", background)
+        background = _convert(_function, background, False, "headroom.background")
     capacity = data.pop("capacity_probes", [])
     if not isinstance(capacity, list):
         raise ConfigError("headroom.capacity_probes", "must be a list of import strings", capacity)
-    probes_list = [_import(f"headroom.capacity_probes[{i}]", spec) if isinstance(spec, str) else spec
-                   for i, spec in enumerate(capacity)]  # fmt: skip
+    probes_list = [_convert(_function, spec, False, f"headroom.capacity_probes[{i}]") if isinstance(spec, str)
+                   else spec for i, spec in enumerate(capacity)]  # fmt: skip
     if name == "static" and "initial" not in data:
         data["initial"] = params["capacity"]
     for key, value in data.items():
         if key != "probe_mode" and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"headroom.{key}", "must be a number", value)
     return LiveHeadroom(estimator, capacity_probes=probes_list, background=background, probes=probes, now=now, **data)
-
-
-def from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """The ``ADMITGATE_*`` variables as a nested config mapping (``{"gate": .., "headroom": ..}``)."""
-    gate: dict[str, Any] = {}
-    headroom: dict[str, Any] = {}
-    for var, raw in env.items():
-        if not var.startswith("ADMITGATE_") or var == "ADMITGATE_CONFIG":
-            continue
-        key = var[len("ADMITGATE_") :].lower()
-        value = _number(var, raw)
-        if key == "estimator":
-            headroom["estimator"] = raw
-        elif key.startswith("headroom_"):
-            headroom[key[len("headroom_") :]] = value
-        elif key.split("_", 1)[0] in ESTIMATORS and "_" in key:
-            est, param = key.split("_", 1)
-            headroom.setdefault(est, {})[param] = value
-        elif key in GATE_KEYS:
-            gate[key] = value
-        else:
-            raise ConfigError(var, "unknown admitgate environment variable")
-    out: dict[str, Any] = {}
-    if gate:
-        out["gate"] = gate
-    if headroom:
-        out["headroom"] = headroom
-    return out
-
-
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, now: float = 0.0) -> dict[str, Any]:
-    """AdmitGate keyword arguments from ``path`` (TOML; default ``$ADMITGATE_CONFIG``) and ``env``.
-
-    With a ``[headroom]`` table (or ``ADMITGATE_ESTIMATOR``) the rate is a :class:`LiveHeadroom`;
-    otherwise ``[gate] rate`` is a static rate.
-    """
-    env = os.environ if env is None else env
-    path = path or env.get("ADMITGATE_CONFIG")
-    data: dict[str, Any] = {}
-    if path:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError("config", "file not found", str(path)) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("config", f"not valid TOML: {exc}", str(path)) from None
-    data = _merge(data, from_env(env))
-    unknown = set(data) - {"gate", "headroom"}
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], "unknown section; known: gate, headroom")
-    gate = dict(data.get("gate", {}))
-    for key, value in gate.items():
-        kind = GATE_KEYS.get(key)
-        if kind is None:
-            raise ConfigError(f"gate.{key}", f"unknown key; known: {', '.join(GATE_KEYS)}")
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            raise ConfigError(f"gate.{key}", f"must be of type {getattr(kind, '__name__', kind)}", value)
-    if "headroom" in data:
-        if "rate" in gate:
-            raise ConfigError("gate.rate", "conflicts with [headroom] (the rate is estimated)")
-        gate["rate"] = headroom_from_config(data["headroom"], now=now)
-    return gate

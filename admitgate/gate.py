@@ -39,12 +39,13 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import ConfigError, integer, non_negative, positive
+from .errors import ConfigError, integer, number
 from .headroom import Headroom, StaticHeadroom
 from .pacer import TokenPacer
 from .probes import Probes
 from .routing import Priority
 from .schedule import PLACEMENTS, Place, Schedule, forecast
+from .settings import MAX_RATE, MIN_RATE, Settings
 
 log = logging.getLogger("admitgate")
 
@@ -144,70 +145,37 @@ class Gate:
     """Token pacer + retry schedule + pacing and tarpit bounds.
 
     ``rate``: the capacity μ in requests/s, or a :class:`Headroom` that reports it (live).
-    ``burst``: tokens admitted at once from idle (default rate/10).
-    ``max_pacing_delay``: longest hold, seconds (0 disables pacing).
-    ``max_waiters``: most requests held at once (default: two pacing windows at the initial rate,
-    at least 1000, since a schedule brings back up to H × lead clients at once).
-    ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog).
-    ``max_retry_after``: the longest Retry-After the gate promises, seconds; places beyond it are told
-    a value folded into it (they ask again and keep their places), counted in ``stats.overflow`` and logged.
-    ``tarpit``: how long to hold the 429 of a client that came back before the time it was told,
-    seconds (at most ``max_tarpitted`` at once). ``standing_queue``/``fresh_pacing_delay`` (seconds):
-    when new requests alone fill the capacity and the bucket's debt has not been repaid for
-    ``standing_queue`` (a standing queue, as CoDel calls it), a new request is paced at most
-    ``fresh_pacing_delay`` and otherwise given a place: under sustained overload a long hold is only
-    added latency. During a herd the debt is the schedule's doing, and new requests are paced in full.
-    ``new_window``: seconds over which λ_new is a median. ``growth``: how fast H may rise, per second,
-    in the forecast that times Retry-After (default: what the headroom reports; 0 for a static rate).
+    ``settings``: the gate's knobs (:class:`~admitgate.settings.Settings`; its defaults if None).
+    ``now``: the time it starts at, seconds.
     """
 
-    def __init__(
-        self,
-        rate: float | Headroom,
-        burst: float | None = None,
-        *,
-        max_pacing_delay: float = 1.5,
-        max_waiters: int | None = None,
-        spread: str = "schedule",
-        spread_window: float | None = None,
-        max_retry_after: float = 3600.0,
-        max_keys: int = 100_000,
-        refresh_interval: float = 0.1,
-        tarpit: float = 1.0,
-        max_tarpitted: int = 1000,
-        standing_queue: float = 2.0,
-        fresh_pacing_delay: float = 0.1,
-        new_window: int = 5,
-        growth: float | None = None,
-        now: float = 0.0,
-    ) -> None:
-        if isinstance(rate, bool) or not isinstance(rate, (int, float, Headroom)):
-            raise ConfigError("rate", "expected requests/s or a Headroom", rate)
-        self.headroom: Headroom = StaticHeadroom(rate) if isinstance(rate, (int, float)) else rate
-        initial = positive("rate", self.headroom.rate(now))
-        burst = max(1.0, initial / 10) if burst is None else positive("burst", burst)
-        self.max_pacing_delay = non_negative("max_pacing_delay", max_pacing_delay)
+    def __init__(self, rate: float | Headroom, settings: Settings | None = None, *, now: float = 0.0) -> None:
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            raise ConfigError("settings", "must be an admitgate.Settings", settings)
+        self.settings = settings
+        self.headroom: Headroom = _headroom(rate)
+        initial = _initial_rate(self.headroom, now)
+        s = settings
+        burst = max(1.0, initial / 10) if s.burst is None else s.burst
+        self.max_pacing_delay = s.max_pacing_delay
         self.lead = min(1.0, self.max_pacing_delay)  # how early before its place a client is told to return
-        if max_waiters is None:
-            max_waiters = max(1000, math.ceil(2 * initial * self.max_pacing_delay))
-        self.max_waiters = integer("max_waiters", max_waiters, 0)
-        self.max_retry_after = positive("max_retry_after", max_retry_after)
-        if self.max_retry_after < 1:
-            raise ConfigError("max_retry_after", "must be >= 1 second", max_retry_after)
+        self.max_waiters = max(1000, math.ceil(2 * initial * s.max_pacing_delay)) if s.max_waiters is None else \
+            s.max_waiters  # fmt: skip
+        self.max_retry_after = s.max_retry_after
         self._cap = int(self.max_retry_after)
-        self.refresh_interval = positive("refresh_interval", refresh_interval)
-        self.tarpit = non_negative("tarpit", tarpit)
-        self.max_tarpitted = integer("max_tarpitted", max_tarpitted, 0)
-        self.standing_queue = non_negative("standing_queue", standing_queue)
-        self.fresh_pacing_delay = non_negative("fresh_pacing_delay", fresh_pacing_delay)
-        if spread not in ("schedule", "jitter"):
-            raise ConfigError("spread", "expected 'schedule' or 'jitter'", spread)
-        self._growth = None if growth is None else non_negative("growth", growth)
+        self.refresh_interval = s.refresh_interval
+        self.tarpit = s.tarpit
+        self.max_tarpitted = s.max_tarpitted
+        self.standing_queue = s.standing_queue
+        self.fresh_pacing_delay = s.fresh_pacing_delay
+        self._growth = s.growth
         # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
         self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
-        placement = PLACEMENTS[spread == "jitter"]
-        self.schedule = Schedule(initial, now, placement=placement, window=spread_window, max_keys=max_keys)
-        self._new = NewRate(new_window, now)
+        placement = PLACEMENTS[s.spread == "jitter"]
+        self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
+        self._new = NewRate(s.new_window, now)
         self.stats = GateStats()
         self.pacing_histogram = [0] * (len(PACING_BOUNDS) + 1)  #: pacing holds per bound (then +Inf), not cumulative
         self.pacing_seconds = 0.0  #: total pacing hold, seconds
@@ -224,6 +192,11 @@ class Gate:
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self.next_refresh = now
         self.refresh(now)
+
+    @property
+    def static_rate(self) -> float | None:
+        """The capacity in requests/s if it was typed in (a number, not a live source), else None."""
+        return self.headroom.value if isinstance(self.headroom, StaticHeadroom) else None
 
     # -- rates ----------------------------------------------------------------------------
     def refresh(self, now: float) -> None:
@@ -490,3 +463,21 @@ class Gate:
 
     def __repr__(self) -> str:
         return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"
+
+
+def _headroom(rate: object) -> Headroom:
+    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE) or a Headroom."""
+    if isinstance(rate, Headroom) and callable(getattr(rate, "rate", None)):
+        return rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise ConfigError("rate", "must be requests/s (a number) or a Headroom such as LiveHeadroom", rate)
+    return StaticHeadroom(rate)
+
+
+def _initial_rate(headroom: Headroom, now: float) -> float:
+    """What ``headroom`` reports at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
+    try:
+        initial = headroom.rate(now)
+    except Exception as exc:
+        raise ConfigError("rate", f"the rate source failed: {exc!r}") from exc
+    return number("rate", initial, MIN_RATE, MAX_RATE, unit="requests/s")

@@ -25,7 +25,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-from .errors import ConfigError
+from .errors import ConfigError, flag
 
 Header = tuple[bytes, bytes]
 #: ``body(status, retry_after, policy_name) -> (body bytes, content type)``: a rejection's body in the app's format.
@@ -79,8 +79,12 @@ class HeaderPolicy:
         status: int = 429,
         body: BodyHook | None = None,
     ) -> None:
-        if status not in _TITLES:
+        if not isinstance(status, int) or isinstance(status, bool) or status not in _TITLES:
             raise ConfigError("status", "must be 429 or 503", status)
+        for name, value in (("draft", draft), ("legacy", legacy), ("on_admit", on_admit)):
+            flag(name, value)
+        if not isinstance(policy_name, str) or not policy_name:
+            raise ConfigError("policy_name", "must be a non-empty string", policy_name)
         if body is not None:
             if not callable(body):
                 raise ConfigError("body", "must be a callable (status, retry_after, policy_name) -> (bytes, str)", body)

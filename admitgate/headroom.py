@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .errors import ConfigError, integer, non_negative, positive
+from .errors import ConfigError, integer, non_negative, number, positive
 from .estimators import Estimator, Window
 from .probes import Probes
+from .settings import MAX_RATE, MIN_RATE
 
 log = logging.getLogger("admitgate")
 
@@ -49,9 +50,14 @@ class StaticHeadroom:
     __slots__ = ("_rate",)
 
     def __init__(self, rate: float) -> None:
-        self._rate = positive("rate", rate)
+        self._rate = number("rate", rate, MIN_RATE, MAX_RATE, unit="requests/s")
 
     def rate(self, now: float) -> float:
+        return self._rate
+
+    @property
+    def value(self) -> float:
+        """The configured rate, requests/s."""
         return self._rate
 
     def __repr__(self) -> str:
@@ -110,8 +116,8 @@ class LiveHeadroom:
         if not isinstance(estimator, Estimator):
             raise ConfigError("headroom.estimator", "expected an Estimator", estimator)
         self.estimator = estimator
-        self.floor = positive("headroom.floor", floor)
-        self.ceiling = positive("headroom.ceiling", ceiling)
+        self.floor = number("headroom.floor", floor, MIN_RATE, MAX_RATE, unit="requests/s")
+        self.ceiling = number("headroom.ceiling", ceiling, MIN_RATE, MAX_RATE, unit="requests/s")
         if self.ceiling < self.floor:
             raise ConfigError("headroom.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
         self.initial = min(max(positive("headroom.initial", initial), self.floor), self.ceiling)
@@ -122,6 +128,8 @@ class LiveHeadroom:
         if probe_mode not in ("cap", "replace"):
             raise ConfigError("headroom.probe_mode", "must be 'cap' or 'replace'", probe_mode)
         self.probe_mode = probe_mode
+        if isinstance(capacity_probes, (str, bytes)) or not isinstance(capacity_probes, Iterable):
+            raise ConfigError("headroom.capacity_probes", "must be a list of functions now -> rate", capacity_probes)
         self.capacity_probes = list(capacity_probes)
         for probe in self.capacity_probes:
             if not callable(probe):

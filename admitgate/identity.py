@@ -29,12 +29,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
 from .clock import Clock
-from .errors import ConfigError, integer
-from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket
+from .errors import ConfigError, choice, flag, function, integer
+from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])
 KeyFunc = Callable[[Scope], "Hashable | None"]
@@ -47,6 +48,8 @@ SOURCES = ("x-forwarded-for", "forwarded")
 MAX_TRUSTED_HOPS = 32
 #: Request fields that tell the users sharing one connection apart (every line; the cookie without our ticket).
 USER_FIELDS = frozenset({b"authorization", b"cookie", b"forwarded", b"user-agent", b"x-forwarded-for", b"x-real-ip"})
+#: The characters of a header name (an RFC 9110 token).
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 #: Bytes of a forwarded node kept (an IPv6 address with zone and port is under 64).
 _MAX_NODE = 256
 #: Forwarded parameters looked at in one element: a proxy writes for, by, host and proto.
@@ -60,10 +63,8 @@ def header_values(scope: Scope, name: bytes) -> list[bytes]:
 
 def check_forwarding(trusted_hops: int, forwarded: str) -> None:
     """Raise ConfigError unless ``trusted_hops`` is 0..MAX_TRUSTED_HOPS and ``forwarded`` one of SOURCES."""
-    if integer("trusted_hops", trusted_hops, 0) > MAX_TRUSTED_HOPS:
-        raise ConfigError("trusted_hops", f"must be at most {MAX_TRUSTED_HOPS}", trusted_hops)
-    if forwarded not in SOURCES:
-        raise ConfigError("forwarded", f"expected one of {', '.join(map(repr, SOURCES))}", forwarded)
+    integer("trusted_hops", trusted_hops, 0, MAX_TRUSTED_HOPS)
+    choice("forwarded", forwarded, SOURCES)
 
 
 def _node(lines: list[bytes], hops: int) -> bytes:
@@ -163,9 +164,10 @@ def connection_key(trusted_hops: int = 0, forwarded: str = "x-forwarded-for") ->
 
 def header_key(name: str) -> KeyFunc:
     """Key by the value of request header ``name`` (every line, comma-joined); None if absent."""
-    raw = name.strip().lower().encode("latin-1")
-    if not raw:
-        raise ConfigError("key", "header name must not be empty", name)
+    stripped = name.strip().lower() if isinstance(name, str) else ""
+    if not stripped or not all(c in _TCHAR for c in stripped):
+        raise ConfigError("key", "'header:<name>' needs a header name (letters, digits and !#$%&'*+-.^_`|~)", name)
+    raw = stripped.encode("ascii")
 
     def key(scope: Scope) -> Hashable | None:
         value = b", ".join(header_values(scope, raw))
@@ -175,15 +177,45 @@ def header_key(name: str) -> KeyFunc:
 
 
 def key_from_config(spec: str | KeyFunc, trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> KeyFunc:
-    """``"connection"``, ``"header:<name>"`` or a callable ``scope -> key``."""
+    """``"connection"``, ``"header:<name>"`` or a function ``scope -> key``."""
     check_forwarding(trusted_hops, forwarded)
     if callable(spec):
-        return spec
+        return function("key", spec, {}, kind="a function scope -> key")
     if spec == "connection":
         return connection_key(trusted_hops, forwarded)
     if isinstance(spec, str) and spec.startswith("header:"):
         return header_key(spec[len("header:") :])
-    raise ConfigError("key", "expected 'connection', 'header:<name>' or a callable", spec)
+    raise ConfigError("key", "must be 'connection', 'header:<name>' or a function scope -> key", spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a client is, for keeping its place in the retry schedule (see the module docstring).
+
+    ``key``: ``"connection"`` (default), ``"header:<name>"`` or a function ``scope -> key``.
+    ``trusted_hops``: proxies whose forwarding field is believed (0 to :data:`MAX_TRUSTED_HOPS`);
+    ``forwarded``: that field, ``"x-forwarded-for"`` or ``"forwarded"``. ``ticket``: the signed retry
+    cookie: True (signed with a secret of the server's own, shared by the workers of one server), False
+    (none), or the secret to share between servers (a non-empty ``str`` or ``bytes``). ``secure_cookie``:
+    mark it ``Secure`` on plain http too (behind a TLS-terminating proxy); on https it always is.
+
+        Identity(key="header:x-api-key", trusted_hops=1, ticket=os.environ["TICKET_SECRET"])
+    """
+
+    key: str | KeyFunc = "connection"
+    trusted_hops: int = 0
+    forwarded: str = "x-forwarded-for"
+    ticket: bool | bytes | str = True
+    secure_cookie: bool = False
+    #: the key function ``key`` names (built and checked once)
+    key_func: KeyFunc = field(init=False, repr=False, compare=False)
+    #: the ticket's shared secret as bytes, None unless one was given
+    secret: bytes | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_func", key_from_config(self.key, self.trusted_hops, self.forwarded))
+        object.__setattr__(self, "secret", ticket_secret(self.ticket))
+        flag("secure_cookie", self.secure_cookie)
 
 
 class Recogniser:

@@ -12,6 +12,8 @@ what the app's own CORS policy adds (:mod:`admitgate.cors`). Exceptions from the
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import time
 from bisect import bisect_left
@@ -19,14 +21,15 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Mu
 from typing import Any
 
 import anyio
+from prometheus_client import CollectorRegistry
 
 from .clock import Clock
 from .cors import AppCors, is_preflight
-from .errors import ConfigError
+from .errors import ConfigError, async_function, flag, instance, integer, reading
 from .gate import Decision, Gate, Verdict
 from .headers import HeaderPolicy, merge_expose
 from .headroom import Headroom
-from .identity import KeyFunc, Recogniser, key_from_config
+from .identity import Identity, Recogniser
 from .metrics import (
     ABANDONED,
     AFTER_PACING,
@@ -40,14 +43,23 @@ from .metrics import (
 )
 from .routing import Priority, Router, Rule
 from .schedule import SLOT_GRACE
+from .settings import Settings
 from .shared import RedisBudget, backend_from_url
-from .ticket import ticket_from_config
+from .startup import built_by_starlette, fail_startup
+from .ticket import RetryTicket
+from .workers import Server, detect, worker_secret
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("admitgate")
+
+
+#: Paths never gated unless told otherwise: probes and scrapes must get through while the gate rejects.
+DEFAULT_EXEMPT = ("/health", "/healthz", "/metrics")
 
 
 #: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
@@ -67,22 +79,26 @@ def _small_body(scope: Scope) -> bool:
 class AdmitGate:
     """Admission control for an ASGI app.
 
-    ``rate`` (requests/s, or a :class:`~admitgate.headroom.Headroom`) and ``burst`` size
-    the token pacer; ``routes`` maps route templates to ``{"cost": .., "class": ..}``;
-    ``exempt`` lists templates never gated; ``key`` picks the client identity
-    (``"connection"``, ``"header:x-api-key"`` or a callable; see :mod:`admitgate.identity`); ``trusted_hops``
-    is the number of proxies whose forwarding field is believed, ``forwarded`` that field (``"x-forwarded-for"``
-    or ``"forwarded"``); ``ticket`` enables the signed retry cookie (``True``, or the shared secret as bytes),
-    ``secure_cookie`` marks it ``Secure`` even on plain http (it always is on https); ``headers`` is the
-    :class:`~admitgate.headers.HeaderPolicy`. ``tarpit`` (seconds, 0 disables) holds the 429 for a
-    recognised client that came back before its slot, at most ``max_tarpitted`` at once: a client
-    that ignores Retry-After then spends its own time, not the service's. ``clock`` reads monotonic seconds,
-    ``wall_clock`` Unix seconds (for ticket expiry), and ``sleep`` waits (pacing and the tarpit): all three
-    are injected, so tests run on virtual time. Pass ``gate`` to share a
-    :class:`~admitgate.gate.Gate` (the simulator and tests do). ``metrics``: a prometheus-client
-    ``CollectorRegistry`` to export to (None: no metrics); see :mod:`admitgate.metrics`. ``backend``:
-    ``"memory://"`` (default: this process only) or a Redis URL (or a
-    :class:`~admitgate.shared.RedisBudget`): then ``rate`` is the whole fleet's rate, shared through Redis.
+        app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
+
+    ``rate``: the capacity μ of the service in requests/s; None (default) learns it live; a
+    :class:`~admitgate.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
+    ``routes``: route template -> ``{"cost": tokens, "class": name, "exempt": bool}``. ``exempt``:
+    templates never gated, each covering the paths below it. ``classes``: name ->
+    :class:`~admitgate.priority.Priority` (default: critical, default, sheddable); ``default_class``: the
+    class of unlisted routes. ``settings``: the gate's knobs (:class:`~admitgate.settings.Settings`).
+    ``identity``: who a client is (:class:`~admitgate.identity.Identity`). ``headers``: the rejection's
+    status and fields (:class:`~admitgate.headers.HeaderPolicy`). ``metrics``: a prometheus-client
+    ``CollectorRegistry`` to export to (None: no metrics). ``backend``: ``"memory://"`` or None (this
+    process only), a Redis URL or a :class:`~admitgate.shared.RedisBudget`: then ``rate`` is the whole
+    fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
+    admits its share; default: counted from the server's command line, see :mod:`admitgate.workers`).
+    ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
+    :class:`~admitgate.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
+    ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
+    ``sleep`` (an async function of seconds: pacing and the tarpit) are injected, so tests run on
+    virtual time. Every bad value is a :class:`~admitgate.errors.ConfigError` naming it, raised here
+    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.startup`).
     """
 
     def __init__(
@@ -90,70 +106,56 @@ class AdmitGate:
         app: ASGIApp,
         *,
         rate: float | Headroom | None = None,
-        burst: float | None = None,
-        max_pacing_delay: float = 1.5,
-        max_waiters: int | None = None,
-        spread: str = "schedule",
-        max_retry_after: float = 3600.0,
         routes: Mapping[str, Mapping[str, object] | Rule] | None = None,
-        exempt: Iterable[str] = ("/health", "/healthz", "/metrics"),
+        exempt: Iterable[str] = DEFAULT_EXEMPT,
         classes: Mapping[str, Priority] | None = None,
         default_class: str = "default",
-        key: str | KeyFunc = "connection",
-        trusted_hops: int = 0,
-        forwarded: str = "x-forwarded-for",
-        ticket: bool | bytes = True,
-        secure_cookie: bool = False,
+        settings: Settings | None = None,
+        identity: Identity | None = None,
         headers: HeaderPolicy | None = None,
+        metrics: CollectorRegistry | None = None,
+        backend: str | RedisBudget | None = None,
+        workers: int | None = None,
         gate_websockets: bool = False,
-        tarpit: float = 1.0,
-        max_tarpitted: int = 1000,
-        standing_queue: float = 2.0,
-        fresh_pacing_delay: float = 0.1,
-        max_keys: int = 100_000,
+        gate: Gate | None = None,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        gate: Gate | None = None,
-        metrics: Any = None,
-        backend: str | RedisBudget | None = None,
     ) -> None:
+        try:
+            now = reading("clock", clock)
+            reading("wall_clock", wall_clock)
+            self.sleep = async_function("sleep", sleep)
+            self.gate_websockets = flag("gate_websockets", gate_websockets)
+            identity = instance("identity", identity, Identity)
+            self.headers = instance("headers", headers, HeaderPolicy)
+            if metrics is not None and not isinstance(metrics, CollectorRegistry):
+                raise ConfigError("metrics", "must be a prometheus_client CollectorRegistry, or None", metrics)
+            backend = backend_from_url(backend) if isinstance(backend, str) else backend
+            if backend is not None and not isinstance(backend, RedisBudget):
+                raise ConfigError("backend", "must be a URL (memory://, redis://...) or a RedisBudget", backend)
+            server = detect()
+            self.gate = gate_of(gate, rate, settings, workers, server, backend is not None, now)
+            # With metrics, paths no rule names are labelled by the app's own route templates.
+            labels_from = app if metrics is not None else None
+            self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
+            self.router.check_burst(self.gate.pacer.burst)
+        except ConfigError as error:
+            if not built_by_starlette():
+                raise
+            self.__class__ = _Misconfigured  # Starlette's lazy build would hide the error: fail the start-up
+            self.app, self.error = app, error
+            return
         self.app = app
         self.clock = clock
         self.wall_clock = wall_clock
-        self.sleep = sleep
-        if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
-            from .config import headroom_from_config
-
-            rate = headroom_from_config({}, now=clock())
-        self.gate = gate or Gate(
-            rate,
-            burst,
-            max_pacing_delay=max_pacing_delay,
-            max_waiters=max_waiters,
-            spread=spread,
-            max_retry_after=max_retry_after,
-            max_keys=max_keys,
-            tarpit=tarpit,
-            max_tarpitted=max_tarpitted,
-            standing_queue=standing_queue,
-            fresh_pacing_delay=fresh_pacing_delay,
-            now=clock(),
-        )
-        # With metrics, paths no rule names are labelled by the app's own route templates.
-        labels_from = app if metrics is not None else None
-        self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
-        burst_now = self.gate.pacer.burst
-        for rule in [*self.router.rules, self.router.default]:
-            usable = burst_now * (1 - rule.priority.reserve)
-            if not rule.exempt and not rule.priority.critical and rule.cost > usable:
-                raise ConfigError("burst", f"{burst_now:g} tokens cannot admit cost {rule.cost:g} of {rule.template!r}")
-        self.key_func = key_from_config(key, trusted_hops, forwarded)
-        self.ticket = ticket_from_config(ticket, secure_cookie)
+        self.key_func = identity.key_func
+        shared = identity.secret
+        if identity.ticket is True and (server is not None or (workers or 1) > 1):
+            shared = worker_secret()  # the workers of one server must know each other's tickets
+        self.ticket = None if identity.ticket is False else RetryTicket(shared, always_secure=identity.secure_cookie)
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
-        self.headers = headers or HeaderPolicy()
         self._cors = AppCors(self.headers.exposed)
-        self.gate_websockets = bool(gate_websockets)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
         self._take = self.gate.pacer.try_take
@@ -164,18 +166,14 @@ class AdmitGate:
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
         self.retry_after_sum = 0
-        if isinstance(backend, str):
-            backend = backend_from_url(backend)
-        elif backend is not None and not isinstance(backend, RedisBudget):
-            raise ConfigError("backend", "expected a URL (memory://, redis://...) or a RedisBudget", backend)
         self.backend = backend
-        if backend is not None:  # one budget for the fleet: `rate` is the fleet's rate
-            backend.attach(self.gate, rate if isinstance(rate, (int, float)) else None, clock)
+        if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
+            backend.attach(self.gate, self.gate.static_rate, clock)
         self._tally_on = metrics is not None
         self._sync: MultiprocessSync | None = None
         if metrics is not None:
             if multiprocess_dir():
-                self._sync = MultiprocessSync(self)  # started on the first request, on the serving loop
+                self._sync = MultiprocessSync(self)  # started at the lifespan start-up (or the first request)
             else:
                 metrics.register(GateCollector(self))
 
@@ -404,3 +402,51 @@ class AdmitGate:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 1013, "reason": "try again later"})
+
+
+class _Misconfigured(AdmitGate):
+    """An AdmitGate whose configuration failed while Starlette built its middleware stack: it fails the
+    lifespan start-up with the error, so the server exits (see :mod:`admitgate.startup`)."""
+
+    error: ConfigError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await fail_startup(self.error, scope, receive, send)
+
+
+def gate_of(gate: object, rate: object, settings: Settings | None, workers: object, server: Server | None,
+            shared: bool, now: float) -> Gate:  # fmt: skip
+    """The middleware's :class:`Gate`: ``gate`` as given, or built from ``rate`` and ``settings``.
+
+    A typed-in rate is the server's: when ``workers`` processes (declared, else counted from the
+    ``server``'s command line) each run a gate, each admits its share of the rate and of an explicit
+    burst. A learnt rate is learnt by each worker from its own traffic, and a ``shared`` budget (Redis)
+    splits the rate itself: neither is divided.
+    """
+    if gate is not None:
+        if rate is not None or settings is not None or workers is not None:
+            raise ConfigError("gate", "a prebuilt Gate carries its own rate and settings: pass gate alone")
+        if not isinstance(gate, Gate):
+            raise ConfigError("gate", "must be an admitgate.gate.Gate", gate)
+        return gate
+    settings = instance("settings", settings, Settings)
+    count = integer("workers", workers, 1, 1024) if workers is not None else None
+    if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
+        from .config import headroom_from_config
+
+        return Gate(headroom_from_config({}, now=now), settings, now=now)
+    if count is not None and server is not None and server.workers not in (None, count):
+        log.warning("admitgate: workers=%d, but the server runs %d (%s)", count, server.workers, server.how)
+    if count is None and server is not None:
+        count = server.workers
+        if count is None and not shared:
+            log.warning("admitgate: this process is one of several workers of %s, and each admits rate=%r on its "
+                        "own; declare how many share it (workers=N, or ADMITGATE_WORKERS) or share one budget "
+                        "(backend='redis://...')", server.how, rate)  # fmt: skip
+    if not count or count == 1 or shared or isinstance(rate, Headroom):
+        return Gate(rate, settings, now=now)  # type: ignore[arg-type]  # (Gate checks rate's type)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise ConfigError("rate", "must be requests/s (a number) or a Headroom such as LiveHeadroom", rate)
+    log.info("admitgate: %d workers share rate=%g requests/s: this one admits %g", count, rate, rate / count)
+    burst = None if settings.burst is None else settings.burst / count
+    return Gate(rate / count, dataclasses.replace(settings, burst=burst), now=now)

@@ -27,9 +27,11 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 
-from .errors import ConfigError
+from .errors import ConfigError, flag
 
 _CACHE_SIZE = 4096
+#: A path parameter in a template, as Starlette writes them: ``{name}`` or ``{name:convertor}``.
+_PARAM = re.compile(r"{[a-zA-Z_][a-zA-Z0-9_]*(:[a-zA-Z_][a-zA-Z0-9_]*)?}")
 #: Most distinct route labels the app's own templates may add; paths beyond them count as ``*``.
 MAX_TEMPLATES = 500
 
@@ -44,8 +46,12 @@ class Priority:
     plain: bool = field(init=False, repr=False, compare=False)  #: neither critical nor reserving
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.reserve < 1.0:
-            raise ConfigError(f"classes[{self.name!r}].reserve", "must be in [0, 1)", self.reserve)
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError("classes", "a class name must be a non-empty string", self.name)
+        flag(f"classes[{self.name!r}].critical", self.critical)
+        reserve = self.reserve
+        if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0.0 <= reserve < 1.0:
+            raise ConfigError(f"classes[{self.name!r}].reserve", "must be a number in [0, 1)", reserve)
         if self.critical and self.reserve:
             raise ConfigError(f"classes[{self.name!r}].reserve", "a critical class cannot have a reserve", self.reserve)
         object.__setattr__(self, "plain", not self.critical and not self.reserve)
@@ -97,27 +103,39 @@ class Router:
         classes: Mapping[str, Priority] | None = None,
         app: Any = None,
     ) -> None:
-        self.classes = dict(DEFAULT_CLASSES if classes is None else classes)
+        self.classes = _classes(classes)
         self.default = Rule("*", self._cost("default_cost", default_cost), self._class("default_class", default_class))
-        rules: list[Rule] = [Rule(t, 0.0, self.default.priority, exempt=True) for t in exempt]
+        if isinstance(exempt, (str, bytes)) or not isinstance(exempt, Iterable):
+            raise ConfigError("exempt", "must be a list of route templates", exempt)
+        rules: list[Rule] = []
+        named: list[str] = []  # the field each rule came from, for errors
+        for i, template in enumerate(exempt):
+            rules.append(Rule(_template(f"exempt[{i}]", template), 0.0, self.default.priority, exempt=True))
+            named.append(f"exempt[{i}]")
+        if routes is not None and not isinstance(routes, Mapping):
+            raise ConfigError("routes", "must be a mapping of route template -> {cost, class, exempt}", routes)
         for template, spec in (routes or {}).items():
+            field = f"routes[{template!r}]"
+            _template(field, template)
+            named.append(field)
             if isinstance(spec, Rule):
                 rules.append(spec)
                 continue
+            if not isinstance(spec, Mapping):
+                raise ConfigError(field, "must be a table of cost, class and exempt (or a Rule)", spec)
             unknown = set(spec) - {"cost", "class", "exempt"}
             if unknown:
-                raise ConfigError(f"routes[{template!r}]", f"unknown keys {sorted(unknown)}")
-            cost = self._cost(f"routes[{template!r}].cost", spec.get("cost", self.default.cost))
-            prio = self._class(f"routes[{template!r}].class", spec.get("class", default_class))
-            rules.append(Rule(template, cost, prio, exempt=bool(spec.get("exempt", False))))
+                raise ConfigError(field, f"unknown keys {sorted(map(str, unknown))}; known: cost, class, exempt")
+            cost = self._cost(f"{field}.cost", spec.get("cost", self.default.cost))
+            prio = self._class(f"{field}.class", spec.get("class", default_class))
+            rules.append(Rule(template, cost, prio, exempt=flag(f"{field}.exempt", spec.get("exempt", False))))
         self.rules = rules
+        self._fields = dict(zip(map(id, rules), named, strict=True))
         self.static_rules: dict[str, Rule] = {}  #: templates without parameters, matched exactly
         self._prefixes: list[tuple[str, Rule]] = []  # exempt templates without parameters: path prefixes
         self._patterns: list[tuple[re.Pattern[str], Rule]] = []
         for rule in rules:
-            if not rule.template.startswith("/"):
-                raise ConfigError("routes", "templates must start with '/'", rule.template)
-            regex, _, converters = compile_path(rule.template)
+            regex, _, converters = _compiled(self._fields[id(rule)], rule.template)
             if rule.exempt and rule.template != "/":  # the path, with or without a final "/", and all below it
                 base = rule.template.rstrip("/")
                 if converters:
@@ -136,13 +154,23 @@ class Router:
         #: ``cache.get(path)`` is the admit path's lookup; on None call :meth:`resolve`.
         self.cache: dict[str, Rule] = dict(self.static_rules)
 
+    def check_burst(self, burst: float) -> None:
+        """ConfigError unless every gated rule's cost fits in ``burst`` tokens less its class's reserve (a
+        request that can never find its tokens would be rejected forever)."""
+        for rule in [*self.rules, self.default]:
+            usable = burst * (1 - rule.priority.reserve)
+            if not rule.exempt and not rule.priority.critical and rule.cost > usable:
+                field = f"{self._fields[id(rule)]}.cost" if rule is not self.default else "burst"
+                raise ConfigError(field, f"a burst of {burst:g} tokens (less the {rule.priority.name!r} class's "
+                                         f"reserve) can never admit it; raise the burst", rule.cost)  # fmt: skip
+
     def _cost(self, field: str, cost: object) -> float:
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):
             raise ConfigError(field, "must be a finite number > 0", cost)
         return float(cost)
 
     def _class(self, field: str, name: object) -> Priority:
-        if name not in self.classes:
+        if not isinstance(name, str) or name not in self.classes:
             raise ConfigError(field, f"unknown class; known: {sorted(self.classes)}", name)
         return self.classes[name]
 
@@ -175,6 +203,34 @@ class Router:
                 return self.default
             labelled = self._labelled[template] = Rule(template, self.default.cost, self.default.priority)
         return labelled
+
+
+def _classes(classes: object) -> dict[str, Priority]:
+    if classes is None:
+        return dict(DEFAULT_CLASSES)
+    if not isinstance(classes, Mapping) or not classes:
+        raise ConfigError("classes", "must be a mapping of class name -> Priority", classes)
+    for name, priority in classes.items():
+        if not isinstance(name, str) or not isinstance(priority, Priority):
+            raise ConfigError(f"classes[{name!r}]", "must be an admitgate.Priority", priority)
+    return dict(classes)
+
+
+def _template(field: str, template: object) -> str:
+    """``template`` if it is a route template: a string that starts with ``/``, braces only around parameters."""
+    if not isinstance(template, str) or not template.startswith("/"):
+        raise ConfigError(field, "a route template must be a string starting with '/'", template)
+    if "{" in _PARAM.sub("", template) or "}" in _PARAM.sub("", template):
+        raise ConfigError(field, "a brace must enclose a parameter, {name} or {name:convertor}", template)
+    return template
+
+
+def _compiled(field: str, template: str) -> tuple[re.Pattern[str], str, dict[str, Any]]:
+    """Starlette's compiled ``template``; ConfigError for an unknown convertor or a repeated parameter."""
+    try:
+        return compile_path(template)
+    except (AssertionError, ValueError) as exc:  # Starlette asserts on an unknown convertor
+        raise ConfigError(field, f"not a route template Starlette accepts ({exc})", template) from None
 
 
 class AppTemplates:

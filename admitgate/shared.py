@@ -117,13 +117,18 @@ def connect(url: str) -> Any:
         import redis.asyncio as aioredis
     except ImportError:
         raise ConfigError("backend", "needs redis-py: pip install 'admitgate[redis]'") from None
-    if url.startswith(("redis+cluster://", "rediss+cluster://")):
-        from redis.asyncio.cluster import RedisCluster
+    try:
+        if url.startswith(("redis+cluster://", "rediss+cluster://")):
+            from redis.asyncio.cluster import RedisCluster
 
-        return RedisCluster.from_url(url.replace("+cluster", "", 1))
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("backend", "expected memory://, redis://, rediss://, unix:// or redis+cluster://", url)
-    return aioredis.Redis.from_url(url)
+            return RedisCluster.from_url(url.replace("+cluster", "", 1))
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("backend", "expected memory://, redis://, rediss://, unix:// or redis+cluster://", url)
+        return aioredis.Redis.from_url(url)
+    except (ValueError, TypeError) as exc:  # redis-py parses the URL here: a bad port, an unknown option
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError("backend", f"not a Redis URL redis-py accepts ({exc})", url) from None
 
 
 class RedisBudget:

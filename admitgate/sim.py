@@ -37,6 +37,7 @@ from .gate import Decision, Gate, Verdict
 from .headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
 from .routing import DEFAULT_CLASSES
+from .settings import Settings
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
 _ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND = range(5)
@@ -150,8 +151,20 @@ class Simulation:
         elif s.capacity_known:  # the operator's capacity, as it changes: a replacing external probe
             rate = LiveHeadroom(Static(rate), capacity_probes=[self._true_capacity], probe_mode="replace",
                                 max_step=1e6, min_samples=1)  # fmt: skip
-        self.gate = Gate(rate, s.burst if s.burst is not None else float(s.workers), spread=s.spread,
-                         max_pacing_delay=s.max_pacing_delay, tarpit=s.tarpit, now=0.0) if s.gate else None  # fmt: skip
+        self.gate = (
+            Gate(
+                rate,
+                Settings(
+                    burst=s.burst if s.burst is not None else float(s.workers),
+                    spread=s.spread,
+                    max_pacing_delay=s.max_pacing_delay,
+                    tarpit=s.tarpit,
+                ),
+                now=0.0,
+            )
+            if s.gate
+            else None
+        )
         self.background = DEFAULT_CLASSES[s.background_class]
         self.result = HerdResult(s.clients)
         self.ignorers = set(self.rng.sample(range(s.clients), round(s.clients * s.ignore_fraction)))

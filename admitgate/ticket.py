@@ -15,13 +15,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import math
 import secrets
 from collections.abc import Iterator
 
 from .errors import ConfigError
 
+log = logging.getLogger("admitgate")
+
 COOKIE = "admitgate_rt"
+#: A shared secret shorter than this (bytes) is accepted with a warning.
+MIN_SECRET = 16
 _NAME = COOKIE.encode() + b"="
 #: Scope schemes on which the cookie is always ``Secure``.
 SECURE_SCHEMES = frozenset({"https", "wss"})
@@ -91,15 +96,26 @@ class RetryTicket:
         return f"{COOKIE}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax{secure}".encode()
 
 
-def ticket_from_config(ticket: object, secure_cookie: object = False) -> RetryTicket | None:
-    """AdmitGate's ``ticket`` (True, False or the shared secret as non-empty bytes) and ``secure_cookie`` (bool)."""
-    if not isinstance(secure_cookie, bool):
-        raise ConfigError("secure_cookie", "must be True or False", secure_cookie)
-    if ticket is False:
+def ticket_secret(ticket: object) -> bytes | None:
+    """The secret in AdmitGate's ``ticket`` setting: None for True (a secret of the server's own) or False
+    (no tickets), the bytes of a non-empty ``bytes`` or ``str`` (UTF-8) secret; ConfigError for anything else.
+
+    A secret shorter than :data:`MIN_SECRET` bytes is accepted with a warning: anyone holding one ticket can
+    try guesses against its signature offline.
+    """
+    if ticket is True or ticket is False:
         return None
-    if ticket is not True and not (isinstance(ticket, bytes) and ticket):
-        raise ConfigError("ticket", "expected True, False or the shared secret as non-empty bytes", ticket)
-    return RetryTicket(ticket if isinstance(ticket, bytes) else None, always_secure=secure_cookie)
+    if isinstance(ticket, str) and ticket:
+        secret = ticket.encode("utf-8", "surrogatepass")
+    elif isinstance(ticket, (bytes, bytearray)) and ticket:
+        secret = bytes(ticket)
+    else:
+        raise ConfigError("ticket", "must be True, False or the shared secret (a non-empty string or bytes)", ticket)
+    if len(secret) < MIN_SECRET:
+        log.warning("admitgate: the ticket secret has %d bytes; one of %d random bytes or more cannot be guessed "
+                    "from a ticket (python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+                    len(secret), MIN_SECRET)  # fmt: skip
+    return secret
 
 
 def _pairs(line: bytes) -> Iterator[tuple[int, int]]:

@@ -6,7 +6,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Settings
 
 
 async def hello(request):
@@ -39,7 +39,7 @@ def passthrough() -> Starlette:
 
 def admitgate() -> Starlette:
     app = _app()
-    app.add_middleware(AdmitGate, rate=1e9, burst=1e9)  # admit path: never binding
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9))  # admit path: never binding
     return app
 
 
@@ -48,7 +48,7 @@ def _live(**options) -> Starlette:
 
     app = _app()
     live = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)  # probes on, never binding
-    app.add_middleware(AdmitGate, rate=live, burst=1e9, **options)
+    app.add_middleware(AdmitGate, rate=live, **options, settings=Settings(burst=1e9))
     return app
 
 
@@ -57,7 +57,7 @@ def admitgate_static_metrics() -> Starlette:
     from prometheus_client import CollectorRegistry
 
     app = _app()
-    app.add_middleware(AdmitGate, rate=1e9, burst=1e9, metrics=CollectorRegistry())
+    app.add_middleware(AdmitGate, rate=1e9, metrics=CollectorRegistry(), settings=Settings(burst=1e9))
     return app
 
 
@@ -104,7 +104,7 @@ def admitgate_redis() -> Starlette:
     import os
 
     app = _app()
-    app.add_middleware(AdmitGate, rate=1e6, burst=50_000, backend=os.environ["REDIS_URL"])
+    app.add_middleware(AdmitGate, rate=1e6, backend=os.environ["REDIS_URL"], settings=Settings(burst=50_000))
     return app
 
 

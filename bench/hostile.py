@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from overhead import cpu_seconds  # noqa: E402
 
-from admitgate import AdmitGate, ManualClock  # noqa: E402
+from admitgate import AdmitGate, Identity, ManualClock, Settings  # noqa: E402
 from admitgate.serving import free_port, pin  # noqa: E402
 
 SIZE = 60_000
@@ -73,8 +73,13 @@ def gate(kind: str, app=None) -> AdmitGate:
         await send({"type": "http.response.body", "body": b"ok"})
 
     forwarded = "forwarded" if kind == "fwd" else "x-forwarded-for"
-    return AdmitGate(app or hello, rate=1, burst=1, max_pacing_delay=0, tarpit=0, trusted_hops=1,
-                     forwarded=forwarded, clock=ManualClock(0.0))  # fmt: skip
+    return AdmitGate(
+        app or hello,
+        rate=1,
+        clock=ManualClock(0.0),
+        settings=Settings(burst=1, max_pacing_delay=0, tarpit=0),
+        identity=Identity(trusted_hops=1, forwarded=forwarded),
+    )
 
 
 # -- in-process ----------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, TokenPacer
+from admitgate import AdmitGate, Settings
+from admitgate.pacer import TokenPacer
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
          "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
@@ -71,7 +72,7 @@ def starlette_hello() -> Starlette:
 
 
 def gate(app):
-    return AdmitGate(app, rate=1e9, burst=1e9)
+    return AdmitGate(app, rate=1e9, settings=Settings(burst=1e9))
 
 
 def live(app, metrics: bool = False):
@@ -81,7 +82,7 @@ def live(app, metrics: bool = False):
     from admitgate import BandwidthDelay, LiveHeadroom
 
     headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
-    return AdmitGate(app, rate=headroom, burst=1e9, metrics=CollectorRegistry() if metrics else None)
+    return AdmitGate(app, rate=headroom, metrics=CollectorRegistry() if metrics else None, settings=Settings(burst=1e9))
 
 
 def variant_apps() -> dict:

@@ -7,7 +7,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom
+from admitgate import AdmitGate, BandwidthDelay, Identity, LiveHeadroom, Settings
 from admitgate.metrics import metrics_app
 
 
@@ -16,8 +16,18 @@ async def hello(request):
 
 
 app = Starlette(routes=[Route("/", hello), Route("/metrics", metrics_app())])
-app.add_middleware(AdmitGate, rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1e6, ceiling=1e6, floor=3),
-                   burst=1e6, metrics=REGISTRY)  # fmt: skip
+app.add_middleware(
+    AdmitGate,
+    rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1e6, ceiling=1e6, floor=3),
+    metrics=REGISTRY,
+    settings=Settings(burst=1e6),
+)
 
 static_app = Starlette(routes=[Route("/", hello), Route("/metrics", metrics_app())])
-static_app.add_middleware(AdmitGate, rate=5, burst=1, max_pacing_delay=0, tarpit=0, ticket=False, metrics=REGISTRY)
+static_app.add_middleware(
+    AdmitGate,
+    rate=5,
+    metrics=REGISTRY,
+    settings=Settings(burst=1, max_pacing_delay=0, tarpit=0),
+    identity=Identity(ticket=False),
+)

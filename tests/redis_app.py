@@ -7,7 +7,7 @@
 import json
 import os
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Settings
 
 
 async def inner(scope, receive, send):
@@ -38,6 +38,11 @@ if os.environ.get("HERD"):  # the library's defaults (pacing, tarpit), as a flee
     replica = AdmitGate(inner, rate=float(os.environ["FLEET_RATE"]), exempt=("/count",),
                         backend=os.environ["REDIS_URL"])  # fmt: skip
 else:  # no pacing, no tarpit: each request is admitted or gets its 429 at once
-    replica = AdmitGate(inner, rate=float(os.environ.get("FLEET_RATE", "200")), burst=20, max_pacing_delay=0,
-                        tarpit=0, exempt=("/count",), backend=os.environ["REDIS_URL"])  # fmt: skip
+    replica = AdmitGate(
+        inner,
+        rate=float(os.environ.get("FLEET_RATE", "200")),
+        exempt=("/count",),
+        backend=os.environ["REDIS_URL"],
+        settings=Settings(burst=20, max_pacing_delay=0, tarpit=0),
+    )
 app = replica

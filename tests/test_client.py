@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, ConfigError, ManualClock
+from admitgate import AdmitGate, ConfigError, ManualClock, Settings
 from admitgate.client import AsyncRetryTransport, RetryBudget, RetryPolicy, RetryTransport
 
 
@@ -223,7 +223,7 @@ def test_a_herd_of_helper_clients_drains_through_a_real_gate(serve) -> None:
         return PlainTextResponse("ok")
 
     app = Starlette(routes=[Route("/", hello)])
-    app.add_middleware(AdmitGate, rate=100, burst=10, max_pacing_delay=1.0)
+    app.add_middleware(AdmitGate, rate=100, settings=Settings(burst=10, max_pacing_delay=1.0))
 
     async def herd(base: str, n: int) -> tuple[list[int], list]:
         transports = [AsyncRetryTransport(httpx.AsyncHTTPTransport(), RetryPolicy(attempts=10, base=0.05, cap=2.0))
@@ -333,7 +333,7 @@ def test_retries_carry_the_ticket_cookie_the_server_set(serve) -> None:
         return PlainTextResponse("ok")
 
     app = Starlette(routes=[Route("/", record)])
-    app.add_middleware(AdmitGate, rate=1, burst=1, max_pacing_delay=0.1, tarpit=0)
+    app.add_middleware(AdmitGate, rate=1, settings=Settings(burst=1, max_pacing_delay=0.1, tarpit=0))
 
     async def go(base: str) -> tuple[httpx.Response, AsyncRetryTransport]:
         async with httpx.AsyncClient(base_url=base) as other:
@@ -409,7 +409,7 @@ async def burst_through_one_transport(base: str, budget: RetryBudget | None, cal
 @pytest.mark.server
 def test_a_retry_budget_hands_most_of_a_burst_its_429(serve) -> None:
     app = Starlette(routes=[Route("/", hello)])
-    app.add_middleware(AdmitGate, rate=50, burst=5, max_pacing_delay=1.0)
+    app.add_middleware(AdmitGate, rate=50, settings=Settings(burst=5, max_pacing_delay=1.0))
     with serve(app, timeout_keep_alive=30) as base:
         unbudgeted, _, _ = asyncio.run(burst_through_one_transport(base, None))
     with serve(app, timeout_keep_alive=30) as base:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Settings
 from admitgate.config import headroom_from_config, load
 from admitgate.errors import ConfigError
 from admitgate.estimators import BandwidthDelay, Gradient
@@ -22,7 +22,7 @@ def pool_capacity(now: float) -> float:
 def test_toml_builds_a_live_headroom(tmp_path) -> None:
     path = tmp_path / "admitgate.toml"
     path.write_text("""
-[gate]
+[settings]
 burst = 20
 max_pacing_delay = 1.0
 [headroom]
@@ -36,7 +36,7 @@ tolerance = 0.4
 tolerance = 9   # tables for other estimators are accepted and ignored
 """)
     kwargs = load(path, env={})
-    assert kwargs["burst"] == 20 and kwargs["max_pacing_delay"] == 1.0
+    assert kwargs["settings"] == Settings(burst=20, max_pacing_delay=1.0)
     headroom = kwargs["rate"]
     assert isinstance(headroom, LiveHeadroom) and isinstance(headroom.estimator, Gradient)
     assert headroom.estimator.tolerance == 0.4 and headroom.floor == 5 and headroom.initial == 150
@@ -51,7 +51,8 @@ def test_environment_overrides_the_file(tmp_path) -> None:
            "ADMITGATE_HEADROOM_FLOOR": "7", "ADMITGATE_BURST": "12", "OTHER": "x"}  # fmt: skip
     kwargs = load(env=env)
     assert isinstance(kwargs["rate"].estimator, BandwidthDelay)
-    assert kwargs["rate"].estimator.tolerance == 0.3 and kwargs["rate"].floor == 7 and kwargs["burst"] == 12
+    assert kwargs["rate"].estimator.tolerance == 0.3 and kwargs["rate"].floor == 7
+    assert kwargs["settings"].burst == 12
 
 
 def test_static_rate_without_a_headroom_table() -> None:
@@ -66,10 +67,8 @@ def test_static_rate_without_a_headroom_table() -> None:
         ("[headroom.bdp]\ntolerance = 0\n", {}, "headroom.bdp.tolerance"),
         ("[headroom]\nflor = 1\n", {}, "headroom.flor"),
         ("[gate]\nburst = 'x'\n", {}, "gate.burst"),
-        ("[gate]\nrate = 5\n[headroom]\n", {}, "gate.rate"),
         ("[gaet]\n", {}, "gaet"),
         ('[headroom]\ncapacity_probes = ["no.such.module:f"]\n', {}, "headroom.capacity_probes[0]"),
-        ("", {"ADMITGATE_BOGUS": "1"}, "ADMITGATE_BOGUS"),
         ("not = [toml", {}, "config"),
     ],
 )

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, Gate, StaticHeadroom, Verdict
+from admitgate import ConfigError, Settings
+from admitgate.gate import Gate, Verdict
+from admitgate.headroom import StaticHeadroom
 from admitgate.routing import DEFAULT_CLASSES
 
 DEFAULT = DEFAULT_CLASSES["default"]
@@ -45,7 +47,7 @@ def warm(g: Gate, seconds: int, new_per_second: int = 0, start: float = 0.0) -> 
 
 
 def test_admit_then_pace_then_reject() -> None:
-    g = Gate(10, 2, max_pacing_delay=0.25, now=0.0)
+    g = Gate(10, Settings(burst=2, max_pacing_delay=0.25), now=0.0)
     assert admit(g, 0.0).verdict is Verdict.ADMIT and admit(g, 0.0).verdict is Verdict.ADMIT
     d1, d2 = admit(g, 0.0), admit(g, 0.0)
     assert (d1.verdict, d1.delay) == (Verdict.PACE, pytest.approx(0.1))
@@ -57,7 +59,7 @@ def test_admit_then_pace_then_reject() -> None:
 
 
 def test_identify_is_called_only_when_the_answer_matters() -> None:
-    g = Gate(10, 1, max_pacing_delay=0, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=0), now=0.0)
     calls = []
 
     def who():
@@ -71,7 +73,7 @@ def test_identify_is_called_only_when_the_answer_matters() -> None:
 
 
 def test_waiter_bound() -> None:
-    g = Gate(10, 1, max_pacing_delay=5, max_waiters=1, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=5, max_waiters=1), now=0.0)
     admit(g, 0.0)
     held = admit(g, 0.0)
     assert held.verdict is Verdict.PACE
@@ -81,7 +83,7 @@ def test_waiter_bound() -> None:
 
 
 def test_a_client_gone_while_paced_gives_its_token_back() -> None:
-    g = Gate(10, 1, max_pacing_delay=1, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=1), now=0.0)
     admit(g, 0.0)
     held = admit(g, 0.0)
     assert g.end_hold(held, 0.05, gone=True) is None
@@ -91,19 +93,19 @@ def test_a_client_gone_while_paced_gives_its_token_back() -> None:
 
 
 def test_retry_after_leads_the_place_by_up_to_one_second() -> None:
-    g = Gate(10, 1, max_pacing_delay=0, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=0), now=0.0)
     admit(g, 0.0)
     # no pacing: lead 0, so Retry-After = ceil(due); 25 places at 10/s from now
     told = [admit(g, 0.0).retry_after for _ in range(25)]
     assert told[:3] == [1, 1, 1] and told[-1] == 3
-    g2 = Gate(10, 1, max_pacing_delay=1.5, max_waiters=0, now=0.0)
+    g2 = Gate(10, Settings(burst=1, max_pacing_delay=1.5, max_waiters=0), now=0.0)
     admit(g2, 0.0)
     assert [admit(g2, 0.0) for _ in range(25)][-1].retry_after == 2  # due at 2.5 s, told 0.5 s before
 
 
 def test_a_cohort_rejected_at_once_comes_back_flat_at_h() -> None:
     rate, m = 180.0, 2000
-    g = Gate(rate, 20, max_pacing_delay=1.5, now=0.0)
+    g = Gate(rate, Settings(burst=20, max_pacing_delay=1.5), now=0.0)
     verdicts, told = Counter(), Counter()
     for _ in range(m):
         d = admit(g, 0.0)
@@ -117,7 +119,7 @@ def test_a_cohort_rejected_at_once_comes_back_flat_at_h() -> None:
 
 
 def test_lambda_new_is_measured_from_first_attempts_and_a_herd_is_not_new_traffic() -> None:
-    g = Gate(200, 20, max_pacing_delay=1.5, now=0.0)
+    g = Gate(200, Settings(burst=20, max_pacing_delay=1.5), now=0.0)
     now = warm(g, 6, new_per_second=20)
     assert g.new_rate() == pytest.approx(20, abs=1)
     assert g.shed_rate(now) == pytest.approx(200 - 20 - math.sqrt(20), abs=1)
@@ -128,7 +130,7 @@ def test_lambda_new_is_measured_from_first_attempts_and_a_herd_is_not_new_traffi
 
 
 def test_critical_traffic_is_admitted_charged_and_counted_as_new() -> None:
-    g = Gate(100, 10, max_pacing_delay=0, now=0.0)
+    g = Gate(100, Settings(burst=10, max_pacing_delay=0), now=0.0)
     for i in range(400):  # 20 critical requests/s for 20 s
         assert admit(g, i * 0.05, priority=CRITICAL).verdict is Verdict.ADMIT
     g.refresh(20.0)
@@ -140,13 +142,13 @@ def test_critical_traffic_is_admitted_charged_and_counted_as_new() -> None:
 
 
 def test_sheddable_class_is_shed_before_default() -> None:
-    g = Gate(10, 10, max_pacing_delay=0, now=0.0)
+    g = Gate(10, Settings(burst=10, max_pacing_delay=0), now=0.0)
     assert sum(admit(g, 0.0, priority=SHEDDABLE).verdict is Verdict.ADMIT for _ in range(10)) == 5
     assert sum(admit(g, 0.0).verdict is Verdict.ADMIT for _ in range(10)) == 5
 
 
 def test_a_returning_client_is_held_until_its_place_and_then_admitted() -> None:
-    g = Gate(10, 1, max_pacing_delay=1.5, max_waiters=0, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=1.5, max_waiters=0), now=0.0)
     admit(g, 0.0)
     for _ in range(30):  # others hold the first places
         admit(g, 0.0)
@@ -161,7 +163,7 @@ def test_a_returning_client_is_held_until_its_place_and_then_admitted() -> None:
 
 
 def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
-    g = Gate(10, 1, max_pacing_delay=0.5, max_waiters=0, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=0.5, max_waiters=0), now=0.0)
     admit(g, 0.0)
     for _ in range(30):
         admit(g, 0.0)
@@ -178,7 +180,7 @@ def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() 
 
 def test_a_rising_estimate_pulls_the_horizon_in() -> None:
     h = Rate(100.0)
-    g = Gate(h, 10, max_pacing_delay=0, refresh_interval=0.1, growth=0.0, now=0.0)
+    g = Gate(h, Settings(burst=10, max_pacing_delay=0, refresh_interval=0.1, growth=0.0), now=0.0)
     for _ in range(10):
         admit(g, 0.0)
     told = [admit(g, 0.0, key=i).retry_after for i in range(500)]
@@ -193,7 +195,7 @@ def test_a_rising_estimate_pulls_the_horizon_in() -> None:
 
 def test_a_falling_estimate_tells_returners_again_and_they_keep_their_places() -> None:
     h = Rate(100.0)
-    g = Gate(h, 10, max_pacing_delay=1.5, max_waiters=0, growth=0.0, now=0.0)
+    g = Gate(h, Settings(burst=10, max_pacing_delay=1.5, max_waiters=0, growth=0.0), now=0.0)
     for _ in range(10):
         admit(g, 0.0)
     for i in range(400):
@@ -215,7 +217,7 @@ def test_a_falling_estimate_tells_returners_again_and_they_keep_their_places() -
 
 def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_peak() -> None:
     h = Rate(200.0)
-    g = Gate(h, 20, max_pacing_delay=1.5, max_waiters=0, growth=0.0, now=0.0)
+    g = Gate(h, Settings(burst=20, max_pacing_delay=1.5, max_waiters=0, growth=0.0), now=0.0)
     warm(g, 2)
     h.value = 1.0  # an outage
     g.refresh(2.5)
@@ -224,7 +226,7 @@ def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_
 
 
 def test_the_cap_never_hands_one_value_to_a_crowd(caplog) -> None:
-    g = Gate(10, 1, max_pacing_delay=0, max_retry_after=10, now=0.0)
+    g = Gate(10, Settings(burst=1, max_pacing_delay=0, max_retry_after=10), now=0.0)
     admit(g, 0.0)
     with caplog.at_level(logging.WARNING, logger="admitgate"):
         told = Counter(admit(g, 0.0, key=i).retry_after for i in range(1000))
@@ -235,7 +237,7 @@ def test_the_cap_never_hands_one_value_to_a_crowd(caplog) -> None:
 
 
 def test_new_requests_during_a_herd_are_paced_not_sent_away() -> None:
-    g = Gate(200, 20, max_pacing_delay=1.5, now=0.0)
+    g = Gate(200, Settings(burst=20, max_pacing_delay=1.5), now=0.0)
     now = warm(g, 6, new_per_second=20)
     for i in range(2000):
         admit(g, now, key=i)
@@ -245,7 +247,7 @@ def test_new_requests_during_a_herd_are_paced_not_sent_away() -> None:
 
 
 def test_under_a_flood_of_new_requests_a_standing_queue_gives_them_places() -> None:
-    g = Gate(100, 1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1, now=0.0)
+    g = Gate(100, Settings(burst=1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1), now=0.0)
     now = 0.0
     for second in range(6):  # 300 new requests/s against 100/s
         for i in range(300):
@@ -261,7 +263,7 @@ def test_under_a_flood_of_new_requests_a_standing_queue_gives_them_places() -> N
 
 def test_a_deep_rate_cut_makes_held_requests_reserve_again_and_turns_away_those_too_late() -> None:
     h = Rate(100.0)
-    g = Gate(h, 1, max_pacing_delay=1.0, refresh_interval=0.1, now=0.0)
+    g = Gate(h, Settings(burst=1, max_pacing_delay=1.0, refresh_interval=0.1), now=0.0)
     admit(g, 0.0)
     held = [admit(g, 0.0, key=i) for i in range(100)]  # one second of reservations at 100/s
     assert all(d.verdict is Verdict.PACE for d in held) and held[-1].delay == pytest.approx(1.0)
@@ -279,7 +281,7 @@ def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
         def rate(self, now: float) -> float:
             return 10.0 + now
 
-    g = Gate(Ramp(), 5, refresh_interval=0.5, now=0.0)
+    g = Gate(Ramp(), Settings(burst=5, refresh_interval=0.5), now=0.0)
     g.refresh(0.1)
     assert g.pacer.rate == 10.0
     g.refresh(0.5)
@@ -288,25 +290,38 @@ def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
+    ("rate", "settings", "field"),
     [
-        ({"rate": 0}, "rate"),
-        ({"rate": -5}, "rate"),
-        ({"rate": "100"}, "rate"),
-        ({"rate": 10, "burst": 0}, "burst"),
-        ({"rate": 10, "max_pacing_delay": -1}, "max_pacing_delay"),
-        ({"rate": 10, "max_waiters": -1}, "max_waiters"),
-        ({"rate": 10, "spread": "fifo"}, "spread"),
-        ({"rate": 10, "max_retry_after": 0.5}, "max_retry_after"),
-        ({"rate": 10, "max_tarpitted": -1}, "max_tarpitted"),
-        ({"rate": 10, "growth": -1}, "growth"),
-        ({"rate": 10, "new_window": 0}, "new_window"),
+        (0, {}, "rate"),
+        (-5, {}, "rate"),
+        ("100", {}, "rate"),
+        (None, {}, "rate"),
+        (1e308, {}, "rate"),  # was an OverflowError: the default max_waiters was 2 × rate × 1.5
+        (float("nan"), {}, "rate"),
+        (10, {"burst": 0}, "burst"),
+        (10, {"max_pacing_delay": -1}, "max_pacing_delay"),
+        (10, {"max_pacing_delay": 1e9}, "max_pacing_delay"),  # a hold of 30 years is a mistake
+        (10, {"max_waiters": -1}, "max_waiters"),
+        (10, {"spread": "fifo"}, "spread"),
+        (10, {"max_retry_after": 0.5}, "max_retry_after"),
+        (10, {"max_retry_after": 1e300}, "max_retry_after"),
+        (10, {"max_tarpitted": -1}, "max_tarpitted"),
+        (10, {"growth": -1}, "growth"),
+        (10, {"new_window": 0}, "new_window"),
+        (10, {"max_keys": 5.0}, "max_keys"),
     ],
 )
-def test_bad_config_names_the_field(kwargs, field) -> None:
+def test_bad_config_names_the_field(rate, settings, field) -> None:
     with pytest.raises(ConfigError) as info:
-        Gate(**kwargs)
+        Gate(rate, Settings(**settings))
     assert info.value.field == field
+
+
+def test_settings_are_a_value() -> None:
+    assert Settings(burst=20) == Settings(burst=20.0) and Settings(burst=20).burst == 20.0
+    with pytest.raises(ConfigError) as info:
+        Gate(10, {"burst": 2})  # type: ignore[arg-type]
+    assert info.value.field == "settings"
 
 
 @settings(max_examples=200, deadline=None)
@@ -318,7 +333,7 @@ def test_bad_config_names_the_field(kwargs, field) -> None:
                       min_size=1, max_size=200),
 )  # fmt: skip
 def test_retry_after_is_always_a_positive_integer_within_the_cap(rate, cap, pace, arrivals) -> None:
-    g = Gate(rate, 2, max_pacing_delay=pace, max_retry_after=cap, now=0.0)
+    g = Gate(rate, Settings(burst=2, max_pacing_delay=pace, max_retry_after=cap), now=0.0)
     now = 0.0
     for gap, key, cost in arrivals:
         now += gap
@@ -341,7 +356,7 @@ def test_retry_after_is_always_a_positive_integer_within_the_cap(rate, cap, pace
 def test_what_goes_in_never_exceeds_rate_times_t_plus_burst(rate, burst, arrivals) -> None:
     """Whatever mix of new and returning clients arrives, admissions (held ones when their hold ends)
     stay within rate·t + burst over every interval: the schedule only says when a client may come."""
-    g = Gate(rate, burst, max_pacing_delay=1.0, now=0.0)
+    g = Gate(rate, Settings(burst=burst, max_pacing_delay=1.0), now=0.0)
     pending: list[tuple[float, object, int]] = []  # (when a hold ends, decision, key)
     admitted: list[float] = []
     now = 0.0

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, ConfigError, HeaderPolicy
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, Settings
 from admitgate.headers import QUOTA_EXCEEDED, REDUCED_CAPACITY, quota
 
 
@@ -133,8 +133,12 @@ def test_the_hooks_body_goes_out_through_a_real_server(serve) -> None:
         return PlainTextResponse("ok")
 
     app = Starlette(routes=[Route("/", hello)])
-    app.add_middleware(AdmitGate, rate=1, burst=1, max_pacing_delay=0.1, tarpit=0,
-                       headers=HeaderPolicy(body=legacy_error))  # fmt: skip
+    app.add_middleware(
+        AdmitGate,
+        rate=1,
+        headers=HeaderPolicy(body=legacy_error),
+        settings=Settings(burst=1, max_pacing_delay=0.1, tarpit=0),
+    )
     with serve(app) as base, httpx.Client(base_url=base) as c:
         assert c.get("/").status_code == 200
         rejected = c.get("/")

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import Gate
 from admitgate.errors import ConfigError
 from admitgate.estimators import AIMD, BandwidthDelay, Gradient, Static
+from admitgate.gate import Gate
 from admitgate.headroom import LiveHeadroom, StaticHeadroom
 from admitgate.probes import Probes
 

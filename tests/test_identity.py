@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admitgate import AdmitGate, ConfigError, RetryTicket, client_address, connection_key, header_key
+from admitgate import AdmitGate, ConfigError, Identity
 from admitgate.config import load
-from admitgate.identity import Recogniser, forwarded_client, key_from_config
+from admitgate.identity import Recogniser, client_address, connection_key, forwarded_client, header_key, key_from_config
+from admitgate.ticket import RetryTicket
 
 
 def scope(client=("10.0.0.1", 5000), headers=()):
@@ -116,7 +117,7 @@ def test_header_key() -> None:
 def test_the_forwarding_source_and_secure_cookie_come_from_the_environment() -> None:
     options = load(env={"ADMITGATE_FORWARDED": "forwarded", "ADMITGATE_TRUSTED_HOPS": "1",
                         "ADMITGATE_SECURE_COOKIE": "true"})  # fmt: skip
-    assert options == {"forwarded": "forwarded", "trusted_hops": 1, "secure_cookie": True}
+    assert options == {"identity": Identity(forwarded="forwarded", trusted_hops=1, secure_cookie=True)}
     gate = AdmitGate(lambda scope, receive, send: None, **options)
     assert gate.ticket is not None and gate.ticket.always_secure
     assert gate.key_func(scope(headers=[("forwarded", "for=192.0.2.1:80")])) != gate.key_func(scope())

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom, ManualClock
+from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom, ManualClock, Settings
 from admitgate import metrics as m
 from admitgate.demo import Upstream, demo_app
 from admitgate.gate import PACING_BOUNDS
@@ -59,9 +59,14 @@ async def test_exposition_is_derived_from_the_gate(clock: ManualClock) -> None:
     from tests.test_middleware import call, http_scope
 
     registry = CollectorRegistry()
-    gate = AdmitGate(ok_app, rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1, floor=1, now=clock()),
-                     burst=1, max_pacing_delay=0, routes={"/items/{id}": {"cost": 1}}, clock=clock,
-                     metrics=registry)  # fmt: skip
+    gate = AdmitGate(
+        ok_app,
+        rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1, floor=1, now=clock()),
+        routes={"/items/{id}": {"cost": 1}},
+        clock=clock,
+        metrics=registry,
+        settings=Settings(burst=1, max_pacing_delay=0),
+    )
     assert (await call(gate, http_scope("/items/1")))[0] == 200
     assert (await call(gate, http_scope("/items/2")))[0] == 429
     got = samples(registry)
@@ -148,7 +153,7 @@ def test_real_prometheus_scrapes_and_every_panel_and_alert_query_returns_series(
     assert prometheus, "prometheus is required (Debian package 'prometheus'; .ci/run installs it)"
     registry = CollectorRegistry()
     live = LiveHeadroom(BandwidthDelay(seed=1), initial=100, floor=1)
-    app = demo_app(Upstream(workers=4, service_time=0.02), metrics=registry, rate=live, burst=4)
+    app = demo_app(Upstream(workers=4, service_time=0.02), metrics=registry, rate=live, settings=Settings(burst=4))
     with serve(app) as url:
         port = free_port()
         config = tmp_path / "prometheus.yml"

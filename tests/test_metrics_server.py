@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Identity, Settings
 from admitgate import metrics as m
 from admitgate.metrics import metrics_app
 
@@ -34,7 +34,7 @@ def series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 def test_a_mounted_metrics_app_answers_while_the_gate_rejects(serve) -> None:
     registry = CollectorRegistry()
     app = Starlette(routes=[Route("/", hello), Mount("/metrics", metrics_app(registry))])  # prometheus-client's way
-    app.add_middleware(AdmitGate, rate=0.01, burst=1, max_pacing_delay=0, tarpit=0, metrics=registry)
+    app.add_middleware(AdmitGate, rate=0.01, metrics=registry, settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))
     with serve(app) as url, httpx.Client(base_url=url, timeout=5) as client:
         statuses = [client.get("/").status_code for _ in range(20)]
         assert statuses[0] == 200 and set(statuses[1:]) == {429}  # overloaded: one token per 100 s
@@ -87,7 +87,13 @@ def test_admitted_counts_every_request_that_reached_the_app(serve) -> None:
         return PlainTextResponse("done")
 
     app = Starlette(routes=[Route("/work", work), Route("/metrics", metrics_app(registry))])
-    app.add_middleware(AdmitGate, rate=2, burst=1, max_pacing_delay=1.5, tarpit=0, ticket=False, metrics=registry)
+    app.add_middleware(
+        AdmitGate,
+        rate=2,
+        metrics=registry,
+        settings=Settings(burst=1, max_pacing_delay=1.5, tarpit=0),
+        identity=Identity(ticket=False),
+    )
     with serve(app) as url:
         assert httpx.get(url + "/work", timeout=5).status_code == 200  # the token
         with pytest.raises(httpx.ReadTimeout):  # held for the next token (0.5 s): this client leaves first

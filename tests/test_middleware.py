@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, Identity, ManualClock, Settings
+from admitgate.gate import Gate
 
 
 def http_scope(path="/x", client=("127.0.0.1", 4000), headers=(), method="GET"):
@@ -63,7 +64,9 @@ def anyio_backend():
 @pytest.mark.anyio
 async def test_admits_then_rejects_with_the_full_header_set(clock: ManualClock, sleep) -> None:
     inner = Recorder()
-    app = AdmitGate(inner, rate=10, burst=2, max_pacing_delay=0, clock=clock, sleep=sleep, wall_clock=lambda: 1e9)
+    app = AdmitGate(
+        inner, rate=10, clock=clock, sleep=sleep, wall_clock=lambda: 1e9, settings=Settings(burst=2, max_pacing_delay=0)
+    )
     assert (await call(app, http_scope()))[0] == 200
     assert (await call(app, http_scope()))[0] == 200
     status, headers, body = await call(app, http_scope())
@@ -78,8 +81,15 @@ async def test_admits_then_rejects_with_the_full_header_set(clock: ManualClock, 
 
 @pytest.mark.anyio
 async def test_503_and_legacy_headers_are_configurable(clock: ManualClock, sleep) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, sleep=sleep, ticket=False,
-                    headers=HeaderPolicy(status=503, legacy=True))  # fmt: skip
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        sleep=sleep,
+        headers=HeaderPolicy(status=503, legacy=True),
+        settings=Settings(burst=1, max_pacing_delay=0),
+        identity=Identity(ticket=False),
+    )
     await call(app, http_scope())
     status, headers, _ = await call(app, http_scope())
     assert status == 503 and headers["x-ratelimit-reset"] == headers["retry-after"]
@@ -88,7 +98,9 @@ async def test_503_and_legacy_headers_are_configurable(clock: ManualClock, sleep
 
 @pytest.mark.anyio
 async def test_rate_limit_fields_on_admitted_responses(clock: ManualClock, sleep) -> None:
-    app = AdmitGate(Recorder(), rate=5, burst=3, clock=clock, sleep=sleep, headers=HeaderPolicy(on_admit=True))
+    app = AdmitGate(
+        Recorder(), rate=5, clock=clock, sleep=sleep, headers=HeaderPolicy(on_admit=True), settings=Settings(burst=3)
+    )
     _, headers, _ = await call(app, http_scope())
     assert headers["ratelimit"] == '"admitgate";r=2' and headers["x-app"] == "1"
     assert "Retry-After" in headers["access-control-expose-headers"]
@@ -98,7 +110,12 @@ async def test_rate_limit_fields_on_admitted_responses(clock: ManualClock, sleep
 async def test_exempt_routes_and_route_costs(clock: ManualClock, sleep) -> None:
     inner = Recorder()
     app = AdmitGate(
-        inner, rate=1, burst=2, max_pacing_delay=0, routes={"/heavy/{id}": {"cost": 2}}, clock=clock, sleep=sleep
+        inner,
+        rate=1,
+        routes={"/heavy/{id}": {"cost": 2}},
+        clock=clock,
+        sleep=sleep,
+        settings=Settings(burst=2, max_pacing_delay=0),
     )
     assert (await call(app, http_scope("/heavy/7")))[0] == 200
     assert (await call(app, http_scope("/x")))[0] == 429  # the heavy one took both tokens
@@ -109,7 +126,7 @@ async def test_exempt_routes_and_route_costs(clock: ManualClock, sleep) -> None:
 @pytest.mark.anyio
 async def test_pacing_holds_then_admits_and_replays_the_body(clock: ManualClock, sleep) -> None:
     inner = Recorder()
-    app = AdmitGate(inner, rate=20, burst=1, max_pacing_delay=1.0, clock=clock, sleep=sleep)
+    app = AdmitGate(inner, rate=20, clock=clock, sleep=sleep, settings=Settings(burst=1, max_pacing_delay=1.0))
     await call(app, http_scope())
     start = clock()
     body = [{"type": "http.request", "body": b"hel", "more_body": True},
@@ -123,7 +140,7 @@ async def test_pacing_holds_then_admits_and_replays_the_body(clock: ManualClock,
 @pytest.mark.anyio
 async def test_disconnect_while_paced_releases_the_slot(clock: ManualClock, sleep) -> None:
     inner = Recorder()
-    app = AdmitGate(inner, rate=2, burst=1, max_pacing_delay=1.0, clock=clock, sleep=sleep)
+    app = AdmitGate(inner, rate=2, clock=clock, sleep=sleep, settings=Settings(burst=1, max_pacing_delay=1.0))
     await call(app, http_scope())
     sent = []
 
@@ -160,7 +177,7 @@ async def test_lifespan_and_other_scopes_pass_straight_through(clock: ManualCloc
     async def inner(scope, receive, send):
         seen.append(scope["type"])
 
-    app = AdmitGate(inner, rate=1, burst=1, clock=clock, sleep=sleep)
+    app = AdmitGate(inner, rate=1, clock=clock, sleep=sleep, settings=Settings(burst=1))
     for kind in ("lifespan", "websocket", "custom"):
         await app({"type": kind, "path": "/"}, None, None)
     assert seen == ["lifespan", "websocket", "custom"]
@@ -169,7 +186,12 @@ async def test_lifespan_and_other_scopes_pass_straight_through(clock: ManualCloc
 @pytest.mark.anyio
 async def test_returning_client_with_its_ticket_keeps_its_slot_on_a_new_connection(clock: ManualClock, sleep) -> None:
     app = AdmitGate(
-        Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, sleep=sleep, wall_clock=lambda: 1e9
+        Recorder(),
+        rate=1,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=lambda: 1e9,
+        settings=Settings(burst=1, max_pacing_delay=0, tarpit=0),
     )
     await call(app, http_scope())
     for port in range(5000, 5010):  # ten other clients queue first
@@ -184,7 +206,9 @@ async def test_returning_client_with_its_ticket_keeps_its_slot_on_a_new_connecti
 
 @pytest.mark.anyio
 async def test_an_early_returner_is_held_and_told_the_remaining_wait(clock: ManualClock, sleep) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0.2, clock=clock, sleep=sleep)
+    app = AdmitGate(
+        Recorder(), rate=1, clock=clock, sleep=sleep, settings=Settings(burst=1, max_pacing_delay=0, tarpit=0.2)
+    )
     await call(app, http_scope())
     for port in range(5000, 5005):
         await call(app, http_scope(client=("10.0.0.9", port)))
@@ -198,7 +222,14 @@ async def test_an_early_returner_is_held_and_told_the_remaining_wait(clock: Manu
 
 @pytest.mark.anyio
 async def test_a_forged_ticket_is_not_recognised(clock: ManualClock, sleep) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=clock, sleep=sleep, wall_clock=lambda: 1e9)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=lambda: 1e9,
+        settings=Settings(burst=1, max_pacing_delay=0),
+    )
     await call(app, http_scope())
     _, first, _ = await call(app, http_scope(client=("10.0.0.9", 1)))
     forged = first["set-cookie"].split(";")[0][:-2] + "xx"
@@ -211,7 +242,14 @@ async def test_a_failing_key_function_never_fails_the_request(clock: ManualClock
     def bad_key(scope):
         raise KeyError("no such header")
 
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key=bad_key, clock=clock, sleep=sleep)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        sleep=sleep,
+        settings=Settings(burst=1, max_pacing_delay=0),
+        identity=Identity(key=bad_key),
+    )
     await call(app, http_scope())
     assert (await call(app, http_scope()))[0] == 429
 
@@ -223,7 +261,13 @@ class Unprintable:
 
 @pytest.mark.anyio
 async def test_a_key_whose_repr_raises_is_anonymous_never_a_500(clock: ManualClock, caplog) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key=lambda scope: Unprintable(), clock=clock)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        settings=Settings(burst=1, max_pacing_delay=0),
+        identity=Identity(key=lambda scope: Unprintable()),
+    )
     await call(app, http_scope())
     statuses = [await call(app, http_scope()) for _ in range(3)]
     assert [s for s, _, _ in statuses] == [429] * 3
@@ -236,7 +280,7 @@ async def test_a_connection_that_carries_another_users_request_does_not_give_it_
     clock: ManualClock,
 ) -> None:
     # a reverse proxy (trusted_hops 0) or a client pool multiplexes users over one keep-alive connection
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock)
+    app = AdmitGate(Recorder(), rate=1, clock=clock, settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))
     await call(app, http_scope())
     pooled = ("10.0.0.5", 7000)
     _, alice, _ = await call(app, http_scope(client=pooled, headers=[(b"authorization", b"Bearer alice")]))
@@ -248,7 +292,13 @@ async def test_a_connection_that_carries_another_users_request_does_not_give_it_
 
 @pytest.mark.anyio
 async def test_a_client_without_an_address_gets_a_ticket_and_keeps_its_slot(clock: ManualClock) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, wall_clock=lambda: 1e9)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        wall_clock=lambda: 1e9,
+        settings=Settings(burst=1, max_pacing_delay=0, tarpit=0),
+    )
     await call(app, http_scope(client=None))
     retry_after = []
     cookie = b""
@@ -266,8 +316,14 @@ async def test_ticket_ids_are_keyed_with_the_secret() -> None:
 
     cookies = {}
     for secret in (b"one", b"two"):
-        app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, key="header:authorization",
-                        ticket=secret, clock=ManualClock(0.0), wall_clock=lambda: 1e9)  # fmt: skip
+        app = AdmitGate(
+            Recorder(),
+            rate=1,
+            clock=ManualClock(0.0),
+            wall_clock=lambda: 1e9,
+            settings=Settings(burst=1, max_pacing_delay=0),
+            identity=Identity(key="header:authorization", ticket=secret),
+        )
         await call(app, http_scope())
         _, headers, _ = await call(app, http_scope(headers=[(b"authorization", b"Bearer guessable")]))
         cookies[secret] = headers["set-cookie"]
@@ -277,20 +333,28 @@ async def test_ticket_ids_are_keyed_with_the_secret() -> None:
 @pytest.mark.anyio
 async def test_the_ticket_cookie_is_secure_over_https_or_when_forced() -> None:
     async def cookie(scheme: str, **options) -> str:
-        app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, clock=ManualClock(0.0), **options)
+        app = AdmitGate(
+            Recorder(), rate=1, clock=ManualClock(0.0), **options, settings=Settings(burst=1, max_pacing_delay=0)
+        )
         await call(app, http_scope())
         return (await call(app, {**http_scope(), "scheme": scheme}))[1]["set-cookie"]
 
     assert "; Secure" in await cookie("https")
     assert "Secure" not in await cookie("http")
-    forced = await cookie("http", secure_cookie=True)
+    forced = await cookie("http", identity=Identity(secure_cookie=True))
     assert "; Secure" in forced and "HttpOnly" in forced and "SameSite=Lax" in forced
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("split", [True, False])
 async def test_the_ticket_is_read_from_any_cookie_line_and_when_quoted(clock: ManualClock, split: bool) -> None:
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, tarpit=0, clock=clock, wall_clock=lambda: 1e9)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        wall_clock=lambda: 1e9,
+        settings=Settings(burst=1, max_pacing_delay=0, tarpit=0),
+    )
     await call(app, http_scope())
     for port in range(5000, 5005):
         await call(app, http_scope(client=("10.0.0.9", port)))
@@ -311,7 +375,13 @@ HEADER_NAMES = [b"cookie", b"x-forwarded-for", b"forwarded", b"authorization", b
 @given(st.lists(st.tuples(st.sampled_from(HEADER_NAMES), st.binary(max_size=120)), max_size=6))
 def test_garbage_headers_never_turn_into_a_500(headers) -> None:
     clock = ManualClock(0.0)
-    app = AdmitGate(Recorder(), rate=1, burst=1, max_pacing_delay=0, trusted_hops=2, clock=clock)
+    app = AdmitGate(
+        Recorder(),
+        rate=1,
+        clock=clock,
+        settings=Settings(burst=1, max_pacing_delay=0),
+        identity=Identity(trusted_hops=2),
+    )
 
     async def run():
         return [(await call(app, http_scope(headers=headers)))[0] for _ in range(3)]
@@ -320,16 +390,46 @@ def test_garbage_headers_never_turn_into_a_500(headers) -> None:
 
 
 def test_invalid_configuration_fails_at_construction_naming_the_field() -> None:
-    cases = [({"rate": 0}, "rate"), ({"rate": -1}, "rate"), ({"spread": "lifo"}, "spread"),
-             ({"rate": 10, "burst": 1, "routes": {"/big": {"cost": 2}}}, "burst"),
-             ({"key": "ip-address"}, "key"), ({"trusted_hops": -1}, "trusted_hops"), ({"tarpit": -1}, "tarpit"),
-             ({"max_tarpitted": -1}, "max_tarpitted"), ({"forwarded": "both"}, "forwarded"),
-             ({"trusted_hops": -1, "key": "header:x"}, "trusted_hops"), ({"ticket": "secret"}, "ticket"),
-             ({"secure_cookie": 1}, "secure_cookie")]  # fmt: skip
+    cases = [({"rate": 0}, "rate"), ({"rate": -1}, "rate"), ({"rate": "100"}, "rate"), ({"rate": 1e308}, "rate"),
+             ({"rate": 10, "settings": Settings(burst=1), "routes": {"/big": {"cost": 2}}}, "routes['/big'].cost"),
+             ({"settings": {"burst": 1}}, "settings"), ({"identity": "connection"}, "identity"),
+             ({"headers": "x"}, "headers"), ({"metrics": True}, "metrics"), ({"clock": "x"}, "clock"),
+             ({"clock": lambda: "x"}, "clock"), ({"wall_clock": lambda: None}, "wall_clock"),
+             ({"wall_clock": lambda now: now}, "wall_clock"), ({"sleep": lambda s: None}, "sleep"),
+             ({"backend": "redis://h:notaport"}, "backend"), ({"backend": 5}, "backend"),
+             ({"gate_websockets": "no"}, "gate_websockets"), ({"workers": 0}, "workers"),
+             ({"gate": Gate(10), "rate": 10}, "gate"), ({"gate": Gate(10), "settings": Settings()}, "gate"),
+             ({"gate": object()}, "gate")]  # fmt: skip
     for kwargs, field in cases:
         with pytest.raises(ConfigError) as info:
             AdmitGate(Recorder(), **kwargs)
         assert info.value.field == field, kwargs
+
+
+def test_identity_settings_fail_where_they_are_written() -> None:
+    cases = [({"spread": "lifo"}, Settings, "spread"), ({"tarpit": -1}, Settings, "tarpit"),
+             ({"max_tarpitted": -1}, Settings, "max_tarpitted"), ({"key": "ip-address"}, Identity, "key"),
+             ({"key": "header:日本"}, Identity, "key"), ({"key": "header: x api"}, Identity, "key"),
+             ({"trusted_hops": -1}, Identity, "trusted_hops"), ({"forwarded": "both"}, Identity, "forwarded"),
+             ({"trusted_hops": "x", "key": "header:x"}, Identity, "trusted_hops"),
+             ({"ticket": None}, Identity, "ticket"), ({"ticket": b""}, Identity, "ticket"),
+             ({"secure_cookie": 1}, Identity, "secure_cookie")]  # fmt: skip
+    for kwargs, kind, field in cases:
+        with pytest.raises(ConfigError) as info:
+            kind(**kwargs)
+        assert info.value.field == field, kwargs
+
+
+def test_a_prebuilt_gate_gives_the_backend_its_own_rate() -> None:
+    from admitgate.shared import RedisBudget
+
+    class Client:  # no Redis needed: attach only reads the gate
+        def register_script(self, script):
+            return None
+
+    budget = RedisBudget("redis://localhost", client=Client())
+    AdmitGate(Recorder(), gate=Gate(40, Settings(burst=4)), backend=budget)
+    assert budget.fleet_rate == 40  # was the default rate of 100: gate= dropped the rate
 
 
 @pytest.mark.anyio

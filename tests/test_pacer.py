@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, TokenPacer
+from admitgate import ConfigError
+from admitgate.pacer import TokenPacer
 
 
 def test_starts_full_and_takes_exactly() -> None:

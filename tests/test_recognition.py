@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, ManualClock
+from admitgate import AdmitGate, ManualClock, Settings
 
 pytestmark = pytest.mark.server
 
@@ -23,7 +23,8 @@ def gated(**options) -> AdmitGate:
     async def hello(request):
         return PlainTextResponse("hi")
 
-    options = {"rate": 1, "burst": 1, "max_pacing_delay": 0, "tarpit": 0.05, "clock": ManualClock(1000.0), **options}
+    settings = Settings(burst=1, max_pacing_delay=0, tarpit=0.05)
+    options = {"rate": 1, "settings": settings, "clock": ManualClock(1000.0), **options}
     return AdmitGate(Starlette(routes=[Route("/", hello)]), **options)
 
 

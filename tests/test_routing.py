@@ -9,7 +9,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.routing import Router as Router_
 
-from admitgate import ConfigError, Priority, Router, Rule
+from admitgate import ConfigError, Priority
+from admitgate.routing import Router, Rule
 
 
 def test_templates_not_raw_paths() -> None:
@@ -47,7 +48,17 @@ def test_custom_classes_and_rules() -> None:
         ({"routes": {"/a": {"cost": -1}}}, "routes['/a'].cost"),
         ({"routes": {"/a": {"class": "vip"}}}, "routes['/a'].class"),
         ({"routes": {"/a": {"weight": 1}}}, "routes['/a']"),
-        ({"routes": {"a": {}}}, "routes"),
+        ({"routes": {"a": {}}}, "routes['a']"),
+        ({"routes": {"/a": 5}}, "routes['/a']"),  # was a TypeError
+        ({"routes": ["/a"]}, "routes"),  # was an AttributeError
+        ({"routes": {"/a/{x:nope}": {}}}, "routes['/a/{x:nope}']"),  # was Starlette's AssertionError
+        ({"routes": {"/a/{x": {}}}, "routes['/a/{x']"),  # was taken as a plain path
+        ({"routes": {"/a": {"exempt": "no"}}}, "routes['/a'].exempt"),  # made the route exempt
+        ({"exempt": None}, "exempt"),
+        ({"exempt": "/health"}, "exempt"),
+        ({"exempt": [5]}, "exempt[0]"),
+        ({"classes": {"default": 5}}, "classes['default']"),
+        ({"classes": {}}, "classes"),
         ({"default_class": "nope"}, "default_class"),
     ],
 )

@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Identity, Settings
 
 pytestmark = pytest.mark.server
 
@@ -62,7 +62,7 @@ async def burst(base: str, n: int, path: str = "/") -> list[httpx.Response]:
 
 @pytest.mark.parametrize("factory", [starlette_app, fastapi_app])
 def test_burst_is_admitted_up_to_the_bucket_and_the_rest_rejected_with_headers(serve, factory) -> None:
-    with serve(factory(rate=2, burst=5, max_pacing_delay=0)) as base:
+    with serve(factory(rate=2, settings=Settings(burst=5, max_pacing_delay=0))) as base:
         responses = asyncio.run(burst(base, 20))
     statuses = sorted(r.status_code for r in responses)
     assert statuses.count(200) >= 5 and set(statuses) <= {200, 429}
@@ -79,13 +79,15 @@ def test_burst_is_admitted_up_to_the_bucket_and_the_rest_rejected_with_headers(s
 
 
 def test_pacing_turns_a_small_burst_into_admissions(serve) -> None:
-    with serve(starlette_app(rate=50, burst=1, max_pacing_delay=1.0)) as base:
+    with serve(starlette_app(rate=50, settings=Settings(burst=1, max_pacing_delay=1.0))) as base:
         responses = asyncio.run(burst(base, 10))
     assert [r.status_code for r in responses] == [200] * 10
 
 
 def test_route_templates_set_costs_in_fastapi(serve) -> None:
-    app = fastapi_app(rate=0.5, burst=2, max_pacing_delay=0, routes={"/items/{item_id}": {"cost": 2}})
+    app = fastapi_app(
+        rate=0.5, routes={"/items/{item_id}": {"cost": 2}}, settings=Settings(burst=2, max_pacing_delay=0)
+    )
     with serve(app) as base, httpx.Client(base_url=base) as client:
         assert client.get("/items/41").json() == {"item": 41}
         assert client.get("/items/42").status_code == 429
@@ -93,7 +95,7 @@ def test_route_templates_set_costs_in_fastapi(serve) -> None:
 
 
 def test_an_httpx_client_echoes_the_ticket_and_keeps_its_slot_across_connections(serve) -> None:
-    with serve(starlette_app(rate=1, burst=1, max_pacing_delay=0, tarpit=0)) as base:
+    with serve(starlette_app(rate=1, settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))) as base:
         asyncio.run(burst(base, 8))  # others hold the first slots
         with httpx.Client(base_url=base, headers={"connection": "close"}) as client:  # a new connection each time
             first = client.get("/")
@@ -108,7 +110,7 @@ def test_an_httpx_client_echoes_the_ticket_and_keeps_its_slot_across_connections
 
 def test_exempt_health_and_malformed_headers_never_500(serve) -> None:
     garbage = {"cookie": "admitgate_rt=..%%; x=", "x-forwarded-for": ",,,[::", "forwarded": 'for="[;;'}
-    app = starlette_app(rate=1, burst=1, max_pacing_delay=0, trusted_hops=1)
+    app = starlette_app(rate=1, settings=Settings(burst=1, max_pacing_delay=0), identity=Identity(trusted_hops=1))
     with serve(app) as base, httpx.Client(base_url=base) as client:
         statuses = [client.get("/", headers=garbage).status_code for _ in range(5)]
         health = [client.get("/health").status_code for _ in range(5)]
@@ -129,9 +131,9 @@ def test_websocket_handshakes_are_gated_only_when_asked(serve) -> None:
         url = base.replace("http://", "ws://") + "/ws"
         return [await connect(url) for _ in range(3)]
 
-    with serve(starlette_app(rate=1, burst=1, max_pacing_delay=0)) as base:
+    with serve(starlette_app(rate=1, settings=Settings(burst=1, max_pacing_delay=0))) as base:
         assert asyncio.run(three(base)) == ["hi", "hi", "hi"]
-    with serve(starlette_app(rate=1, burst=1, max_pacing_delay=0, gate_websockets=True)) as base:
+    with serve(starlette_app(rate=1, gate_websockets=True, settings=Settings(burst=1, max_pacing_delay=0))) as base:
         assert asyncio.run(three(base)) == ["hi", 429, 429]
 
 

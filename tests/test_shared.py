@@ -14,7 +14,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from admitgate import AdmitGate, ConfigError, Gate
+from admitgate import AdmitGate, ConfigError, Settings
+from admitgate.gate import Gate
 from admitgate.herd import HerdResult, _Http1, run_herd
 from admitgate.serving import free_port, wait_for_redis
 from admitgate.shared import LEASE, RedisBudget, backend_from_url
@@ -81,7 +82,7 @@ def test_replicas_publish_their_rates_and_a_dead_one_stops_counting(redis_server
 
 def test_a_replica_leases_its_share_and_falls_back_when_redis_is_gone(redis_server) -> None:
     async def run() -> None:
-        gate = Gate(100, 10, now=0.0)
+        gate = Gate(100, Settings(burst=10), now=0.0)
         budget = RedisBudget(redis_server.url, name="t2", timeout=0.5, failures=2, cooldown=0.2)
         budget.attach(gate, 100.0)
         assert gate.pacer.rate < 1e-3  # nothing beyond the local burst before the first lease
@@ -109,7 +110,7 @@ def test_a_replica_leases_its_share_and_falls_back_when_redis_is_gone(redis_serv
 
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
-        gate = Gate(100, 10, now=0.0)
+        gate = Gate(100, Settings(burst=10), now=0.0)
         budget = RedisBudget(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2, failures=1, on_failure="closed")
         budget.attach(gate, 100.0)
         assert not await budget.lease(time.monotonic())
@@ -333,7 +334,7 @@ def redis_cluster(tmp_path):
 
 def test_leases_work_on_redis_cluster(redis_cluster) -> None:
     async def run() -> None:
-        gate = Gate(100, 10, now=0.0)
+        gate = Gate(100, Settings(burst=10), now=0.0)
         budget = RedisBudget(redis_cluster, name="fleet", timeout=0.5)
         budget.attach(gate, 100.0)
         for _ in range(3):

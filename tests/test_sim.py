@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from admitgate import ConfigError, Gate
+from admitgate import ConfigError
 from admitgate.cli import main
+from admitgate.gate import Gate
 from admitgate.planner import drain_time
 from admitgate.sim import SCENARIOS, Scenario, Simulation, scenario_from, simulate
 

@@ -2,8 +2,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, RetryTicket
-from admitgate.ticket import COOKIE, MAX_TICKETS, cookie_string, cookie_tickets, strip_ticket, ticket_from_config
+from admitgate import ConfigError, Identity
+from admitgate.ticket import (
+    COOKIE,
+    MAX_TICKETS,
+    RetryTicket,
+    cookie_string,
+    cookie_tickets,
+    strip_ticket,
+    ticket_secret,
+)
 
 
 def test_issue_and_verify() -> None:
@@ -65,19 +73,20 @@ def test_key_ids_reveal_nothing_without_the_secret() -> None:
     assert len(RetryTicket(b"one").key_id(material)) == len(RetryTicket.new_id()) == 32
 
 
-@pytest.mark.parametrize(("ticket", "secure", "field"), [("secret", False, "ticket"), (b"", False, "ticket"),
+@pytest.mark.parametrize(("ticket", "secure", "field"), [(b"", False, "ticket"), ("", False, "ticket"),
                                                          (None, False, "ticket"), (1, False, "ticket"),
                                                          (True, "yes", "secure_cookie")])  # fmt: skip
 def test_bad_ticket_configuration_names_the_field(ticket, secure, field) -> None:
     with pytest.raises(ConfigError) as info:
-        ticket_from_config(ticket, secure)
+        Identity(ticket=ticket, secure_cookie=secure)
     assert info.value.field == field
 
 
-def test_ticket_configuration() -> None:
-    assert ticket_from_config(False) is None
-    assert isinstance(ticket_from_config(True), RetryTicket)
-    assert ticket_from_config(b"shared", True).always_secure
+def test_a_secret_is_bytes_or_a_string_and_true_or_false_carry_none() -> None:
+    assert ticket_secret(True) is None and ticket_secret(False) is None
+    assert ticket_secret(b"shared") == b"shared"
+    assert ticket_secret("s3cret é") == "s3cret é".encode()  # a string from a file or the environment is the secret
+    assert Identity(ticket="s3cret").secret == b"s3cret"
 
 
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=5))
