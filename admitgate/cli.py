@@ -34,7 +34,11 @@ def _demo(args: argparse.Namespace) -> int:
     if args.gate == "admitgate":
         from prometheus_client import REGISTRY
 
-        options = {"spread": args.spread, "metrics": REGISTRY}  # served at /metrics
+        from .settings import Settings
+
+        options = {"metrics": REGISTRY}  # served at /metrics
+        if args.spread != "schedule":  # otherwise the deployment's [settings] (if any) or the defaults
+            options["settings"] = Settings(spread=args.spread)
         if args.rate is not None:
             options["rate"] = args.rate
     app = demo_app(upstream, gate=args.gate, **options)

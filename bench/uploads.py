@@ -50,7 +50,7 @@ def serve(port: int, variant: str, uploads: int, tree: str) -> None:
     import uvicorn
 
     import admitgate
-    from admitgate import AdmitGate
+    from admitgate import AdmitGate, Identity, Settings
     from admitgate.serving import pin
 
     pin(0)
@@ -85,8 +85,9 @@ def serve(port: int, variant: str, uploads: int, tree: str) -> None:
 
     gated = None
     if variant == "gate":
-        gated = AdmitGate(app, rate=1, burst=1, max_pacing_delay=1.5 * (uploads + 10), max_waiters=uploads + 10,
-                          standing_queue=1e6, tarpit=0, ticket=False, exempt=["/stats"])  # fmt: skip
+        knobs = Settings(burst=1, max_pacing_delay=1.5 * (uploads + 10), max_waiters=uploads + 10,
+                         standing_queue=3600, tarpit=0)  # fmt: skip
+        gated = AdmitGate(app, rate=1, settings=knobs, identity=Identity(ticket=False), exempt=["/stats"])
     uvicorn.run(gated or app, host="127.0.0.1", port=port, log_level="warning")
 
 

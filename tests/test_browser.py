@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate
+from admitgate import AdmitGate, Settings
 
 pytestmark = pytest.mark.server
 
@@ -73,7 +73,7 @@ def api(kind: str, order: str, page_origin: str):
     """The gated app: one token every 10 s (tarpit off, no pacing), so a burst gets 429s."""
     cors = {"allow_origins": [page_origin], "allow_methods": ["GET", "POST"], "allow_headers": ["X-Custom"],
             "expose_headers": ["X-Request-ID"]}  # fmt: skip
-    gate = {"rate": 0.1, "burst": 1, "max_pacing_delay": 0, "tarpit": 0}
+    gate = {"rate": 0.1, "settings": Settings(burst=1, max_pacing_delay=0, tarpit=0)}
 
     async def hello(request: Request) -> JSONResponse:
         return JSONResponse({"hello": "world"}, headers={"X-Request-ID": "r1"})

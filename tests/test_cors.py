@@ -17,7 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, HeaderPolicy, ManualClock
+from admitgate import AdmitGate, HeaderPolicy, ManualClock, Settings
 from admitgate.headers import merge_expose, merge_names
 
 ORIGIN = "https://app.example"
@@ -32,7 +32,8 @@ def make_app(order: str, clock: ManualClock, cors: Middleware | None = None, **g
     async def hello(request):
         return PlainTextResponse("ok", headers={"x-request-id": "r1"})
 
-    options = {"rate": 1, "burst": 1, "max_pacing_delay": 0, "tarpit": 0, "clock": clock, **gate}
+    knobs = Settings(**{"burst": 1, "max_pacing_delay": 0, "tarpit": 0, **gate.pop("settings", {})})  # type: ignore[arg-type]
+    options = {"rate": 1, "settings": knobs, "clock": clock, **gate}
     app = Starlette(routes=[Route("/api", hello, methods=["GET", "POST"])])
     if order == "gate inside":
         app.add_middleware(AdmitGate, **options)
@@ -94,7 +95,7 @@ async def test_a_preflight_reaches_an_app_without_cors_ungated(clock: ManualCloc
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    gated = AdmitGate(app, rate=1, burst=1, max_pacing_delay=0, clock=clock)
+    gated = AdmitGate(app, rate=1, settings=Settings(burst=1, max_pacing_delay=0), clock=clock)
     async with client(gated) as http:
         assert (await http.get("/x")).status_code == 204
         assert (await http.options("/x", headers=PREFLIGHT)).status_code == 204
@@ -134,7 +135,7 @@ async def test_a_rejection_carries_what_the_apps_cors_policy_adds(order, config,
 @pytest.mark.parametrize("order", ORDERS)
 async def test_the_expose_lists_merge(order: str, clock: ManualClock) -> None:
     cors = Middleware(CORSMiddleware, allow_origins=[ORIGIN], expose_headers=["X-Request-ID", "retry-after"])
-    app = make_app(order, clock, cors, headers=HeaderPolicy(on_admit=True, legacy=True), burst=2)
+    app = make_app(order, clock, cors, headers=HeaderPolicy(on_admit=True, legacy=True), settings={"burst": 2})
     async with client(app) as http:
         admitted = await http.get("/api", headers={"origin": ORIGIN})
         await http.get("/api", headers={"origin": ORIGIN})
@@ -149,7 +150,7 @@ async def test_the_expose_lists_merge(order: str, clock: ManualClock) -> None:
 @pytest.mark.anyio
 async def test_a_gate_wrapping_a_starlette_app_finds_its_cors_layer(clock: ManualClock) -> None:
     inner = make_app("no gate", clock, Middleware(CORSMiddleware, allow_origins=[ORIGIN], expose_headers=["X-A"]))
-    app = AdmitGate(inner, rate=1, burst=1, max_pacing_delay=0, clock=clock)
+    app = AdmitGate(inner, rate=1, settings=Settings(burst=1, max_pacing_delay=0), clock=clock)
     async with client(app) as http:
         await http.get("/api")
         rejected = await http.get("/api", headers={"origin": ORIGIN})
@@ -159,7 +160,7 @@ async def test_a_gate_wrapping_a_starlette_app_finds_its_cors_layer(clock: Manua
 
 @pytest.mark.anyio
 async def test_without_a_cors_layer_a_rejection_keeps_its_own_expose_list(clock: ManualClock) -> None:
-    app = AdmitGate(PlainTextResponse("ok"), rate=1, burst=1, max_pacing_delay=0, clock=clock)
+    app = AdmitGate(PlainTextResponse("ok"), rate=1, settings=Settings(burst=1, max_pacing_delay=0), clock=clock)
     async with client(app) as http:
         await http.get("/api")
         rejected = await http.get("/api", headers={"origin": ORIGIN})
@@ -213,7 +214,7 @@ async def test_each_origin_gets_its_own_cors_fields_however_many_come(clock: Man
     origins = ["https://a.example", "https://b.example", None, "https://x.example", "https://c.example"] * 2
     seen: dict[str, list[dict[str, list[str]]]] = {}
     for order in ORDERS:  # gate inside: the app's own layer adds the fields (the oracle)
-        app = make_app(order, clock, cors, max_retry_after=60)
+        app = make_app(order, clock, cors, settings={"max_retry_after": 60})
         async with client(app) as http:
             await http.get("/api")
             responses = [await http.get("/api", headers={"origin": o} if o else {}) for o in origins]

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from admitgate import AdmitGate, ManualClock
+from admitgate import AdmitGate, ManualClock, Settings
 
 SIZE = 64 * 1024 * 1024
 
@@ -61,7 +61,7 @@ async def test_a_held_request_reads_at_most_its_first_message(clock: ManualClock
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    gate = AdmitGate(app, rate=2, burst=1, max_pacing_delay=1.0, clock=clock, sleep=long_sleep)
+    gate = AdmitGate(app, rate=2, settings=Settings(burst=1, max_pacing_delay=1.0), clock=clock, sleep=long_sleep)
     scope = {"type": "http", "method": "POST", "path": "/", "headers": framing, "client": ("127.0.0.1", 1)}
 
     async def ignore(message) -> None:
@@ -88,7 +88,7 @@ def uploads_app(progress: dict[str, int]) -> Starlette:
         return JSONResponse({"sha256": digest.hexdigest(), "bytes": size})
 
     app = Starlette(routes=[Route("/", hello), Route("/upload", upload, methods=["POST"])])
-    app.add_middleware(AdmitGate, rate=1, burst=1, max_pacing_delay=3.0, tarpit=0)
+    app.add_middleware(AdmitGate, rate=1, settings=Settings(burst=1, max_pacing_delay=3.0, tarpit=0))
     return app
 
 
