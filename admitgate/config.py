@@ -30,6 +30,13 @@ Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/heal
 ``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
 names no setting is ignored with one warning. Every error is a :class:`~admitgate.errors.ConfigError`
 naming the file's ``section.key`` or the variable.
+
+Why no settings library (pydantic-settings, msgspec): the values are validated once, by the objects
+themselves (:class:`~admitgate.Settings`, :class:`~admitgate.Identity`, :class:`~admitgate.HeaderPolicy`,
+the estimators), because code that builds them without a file needs the same checks with the same field
+names; this module only maps the file and the variables onto their signatures (it reads the type hints).
+A settings library would validate a second copy of the schema and add a dependency of pydantic's weight
+to a middleware whose core has none.
 """
 
 from __future__ import annotations

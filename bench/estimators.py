@@ -22,6 +22,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=7)
     parser.add_argument("--estimators", default=",".join(trials.ESTIMATORS))
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "estimators.json",
+                        help="where to write the JSON (default: %(default)s)")  # fmt: skip
     args = parser.parse_args()
     noload = trials.noload_p99()
     medians, out = [], {}
@@ -31,9 +33,8 @@ def main() -> None:
         passes = {k: sum(r.passes()[k] for r in runs) for k in runs[0].passes()}
         out[name] = {"median": medians[-1].__dict__, "seeds_passing": passes, "seeds": args.seeds}
         print(f"  {name}: seeds meeting each criterion (of {args.seeds}): {passes}", file=sys.stderr)
-    results = Path(__file__).parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "estimators.json").write_text(json.dumps(out, indent=1, default=str))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1, default=str))
     print(json.dumps(out, default=str) if args.json else trials.table(medians))
 
 

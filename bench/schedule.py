@@ -97,9 +97,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "schedule.json", help="where to write JSON")
     args = parser.parse_args()
     out = main(args.seeds)
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    (results / "schedule.json").write_text(json.dumps(out, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1) if args.json else markdown(out))

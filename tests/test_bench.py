@@ -40,14 +40,15 @@ def test_herd_smoke() -> None:
                                                                "new_served"}  # fmt: skip
 
 
-def test_schedule_matrix_smoke() -> None:
-    result = run(str(BENCH / "schedule.py"), "--seeds", "1")
+def test_schedule_matrix_smoke(tmp_path) -> None:
+    result = run(str(BENCH / "schedule.py"), "--seeds", "1", "--out", str(tmp_path / "schedule.json"))
     assert len(result["matrix"]) == 16 and [b["clients"] for b in result["big"]] == [20_000, 40_000, 100_000]
     assert all(b["server_5xx"] == 0 and b["crowd_ok"] for b in result["big"])
 
 
-def test_estimator_trials_smoke() -> None:
-    result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp")
+def test_estimator_trials_smoke(tmp_path) -> None:
+    result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp",
+                 "--out", str(tmp_path / "estimators.json"))  # fmt: skip
     assert set(result) == {"static", "bdp"}
     assert set(result["bdp"]["seeds_passing"]) >= {"goodput", "p99", "cv", "recovery"}
 

@@ -87,3 +87,59 @@ def test_missing_file() -> None:
 
 def test_headroom_defaults_to_bdp() -> None:
     assert isinstance(headroom_from_config({}).estimator, BandwidthDelay)
+
+
+def test_everything_code_can_pass_can_be_set_from_the_environment(caplog) -> None:
+    from admitgate import HeaderPolicy, Identity, Priority
+
+    env = {
+        "ADMITGATE_TICKET": "a shared secret of enough bytes",  # a string is the secret itself
+        "ADMITGATE_EXEMPT": "/health,/ready",
+        "ADMITGATE_HEADERS_STATUS": "503",
+        "ADMITGATE_HEADERS_LEGACY": "true",
+        "ADMITGATE_CLASSES": '{"batch": {"reserve": 0.5}, "default": {}}',
+        "ADMITGATE_BURST": "7",
+        "ADMITGATE_RATE": "100",
+    }
+    options = load(env=env)
+    assert options["exempt"] == ["/health", "/ready"] and options["rate"] == 100
+    identity, headers = options["identity"], options["headers"]
+    assert isinstance(identity, Identity) and identity.secret == b"a shared secret of enough bytes"
+    assert isinstance(headers, HeaderPolicy) and headers.status == 503 and headers.legacy
+    assert options["classes"]["batch"] == Priority("batch", reserve=0.5)
+    assert options["settings"] == Settings(burst=7)
+    gate = AdmitGate(app, **options)  # the objects code builds
+    assert gate.gate.pacer.burst == 7 and gate.headers.status == 503
+
+
+def test_a_headroom_setting_beside_a_static_rate_is_ignored_with_a_warning(caplog) -> None:
+    assert load(env={"ADMITGATE_RATE": "100", "ADMITGATE_HEADROOM_FLOOR": "5"}) == {"rate": 100}
+    assert "nothing is learnt" in caplog.text
+
+
+def test_a_variable_that_names_no_setting_is_ignored_with_a_suggestion(caplog) -> None:
+    assert load(env={"ADMITGATE_BRUST": "5"}) == {}
+    assert "ADMITGATE_BRUST is not an admitgate setting" in caplog.text and "ADMITGATE_BURST" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"ADMITGATE_BURST": "x"}, "must be a number (got 'x')"),
+        ({"ADMITGATE_HEADERS_LEGACY": "maybe"}, "ADMITGATE_HEADERS_LEGACY"),
+        ({"ADMITGATE_CLASSES": "{not json"}, "ADMITGATE_CLASSES"),
+    ],
+)
+def test_environment_errors_are_in_words(env, words) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(env=env)
+    assert words in str(info.value) and "<class" not in str(info.value)
+
+
+def test_classes_and_headers_from_a_file(tmp_path) -> None:
+    path = tmp_path / "admitgate.toml"
+    path.write_text('[headers]\nstatus = 503\n[classes.batch]\nreserve = 0.5\n[classes.default]\n'
+                    '[settings]\nburst = 3\n[identity]\nkey = "header:x-api-key"\n')  # fmt: skip
+    options = load(path, env={})
+    gate = AdmitGate(app, rate=10, **options)
+    assert gate.headers.status == 503 and gate.gate.pacer.burst == 3 and set(options["classes"]) == {"batch", "default"}
