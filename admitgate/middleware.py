@@ -448,5 +448,5 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise ConfigError("rate", "must be requests/s (a number) or a Headroom such as LiveHeadroom", rate)
     log.info("admitgate: %d workers share rate=%g requests/s: this one admits %g", count, rate, rate / count)
-    burst = None if settings.burst is None else settings.burst / count
+    burst = None if settings.burst is None else max(1.0, settings.burst / count)  # a request needs a whole token
     return Gate(rate / count, dataclasses.replace(settings, burst=burst), now=now)

@@ -109,3 +109,12 @@ def test_a_bad_configuration_stops_uvicorn_with_its_default_flags() -> None:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, out  # uvicorn's "Application startup failed"
     assert "rate" in out and "Application startup failed" in out
+
+
+def test_each_worker_admits_its_share_of_the_rate_and_burst_but_at_least_one_token() -> None:
+    from admitgate import Settings
+    from admitgate.middleware import gate_of
+
+    gate = gate_of(None, 20, Settings(burst=8), 4, None, False, 0.0)
+    assert gate.static_rate == 5 and gate.pacer.burst == 2
+    assert gate_of(None, 5, Settings(burst=1), 2, None, False, 0.0).pacer.burst == 1  # not half a token
