@@ -163,10 +163,10 @@ def plan(
         exact, normal = max_safe_rate(h, eps), normal_safe_rate(h, eps)
         # no arrival rate is safe when the tolerance is below what rounds to zero (a headroom under 1/s, a
         # tiny eps): then no window is long enough
-        lower = m / exact if exact > 0 else math.inf
+        lower, approx = (m / exact if exact > 0 else math.inf), (m / normal if normal > 0 else math.inf)
         bounds.append(Bound("probabilistic", "lower", lower,
                             f"P(Poisson(M/W) > {math.floor(h)}) <= {eps:g}: M/W <= {exact:.2f}/s "
-                            f"(normal approx. {normal:.2f}/s, W >= {m / normal if normal > 0 else math.inf:.3f} s)"))  # fmt: skip
+                            f"(normal approx. {normal:.2f}/s, W >= {approx:.3f} s)"))  # fmt: skip
     if remaining is not None and reset is not None:
         admitted = min(h, remaining / reset)
         if admitted <= 0:
