@@ -108,3 +108,13 @@ def redis_server(tmp_path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.kill()
+
+
+#: Fixtures that start a real server: a test that uses one is an integration test whether marked or not.
+SERVER_FIXTURES = frozenset({"serve", "redis_server", "redis_cluster"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

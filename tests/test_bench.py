@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 def run(*args: str, timeout: float = 300) -> dict:

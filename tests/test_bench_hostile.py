@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "hostile.py"
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 def test_hostile_headers_smoke_with_wrk() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "uploads.py"
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("variant", ["gate", "unread"])

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from admitgate import AdmitGate, Settings
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 # What a closed machine needs (see the machine notes): no background traffic, no QUIC, no sandbox as root.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

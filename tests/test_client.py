@@ -217,7 +217,7 @@ def test_async_transport_with_mock() -> None:
     assert asyncio.run(go()) == 200 and len(sleeps) == 2 and all(2.0 <= s <= 2.2 for s in sleeps)
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_a_herd_of_helper_clients_drains_through_a_real_gate(serve) -> None:
     async def hello(request):
         return PlainTextResponse("ok")
@@ -302,7 +302,7 @@ async def hello(request):
     return PlainTextResponse("ok")
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_the_idle_keep_alive_race_is_retried(serve) -> None:
     async def reuse_after_the_server_closed(port: int, transport: httpx.AsyncBaseTransport) -> httpx.Response:
         relay = HeldCloseRelay(port)
@@ -323,7 +323,7 @@ def test_the_idle_keep_alive_race_is_retried(serve) -> None:
     assert retrying.stats.retries == 1
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_retries_carry_the_ticket_cookie_the_server_set(serve) -> None:
     seen: list[str | None] = []
 
@@ -366,7 +366,7 @@ def test_retried_cookies_replace_same_named_ones_and_keep_the_rest() -> None:
     assert sent == [["session=s1", "t=old"], ["session=s1", "t=new"]]  # /other's cookie is not for /
 
 
-@pytest.mark.server
+@pytest.mark.integration
 @pytest.mark.parametrize("value", [b"\xb3", "٣".encode(), b"\xff\xfe", b"1.5", b"-1", b"Sun, 06 Nov \xb3"])
 def test_a_malformed_retry_after_from_a_real_server_is_no_hint(serve, value: bytes) -> None:
     tries = []
@@ -406,7 +406,7 @@ async def burst_through_one_transport(base: str, budget: RetryBudget | None, cal
     return responses, transport.stats, time.monotonic() - started
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_a_retry_budget_hands_most_of_a_burst_its_429(serve) -> None:
     app = Starlette(routes=[Route("/", hello)])
     app.add_middleware(AdmitGate, rate=50, settings=Settings(burst=5, max_pacing_delay=1.0))

@@ -127,7 +127,7 @@ def test_a_hook_that_fails_later_falls_back_to_the_problem_document(caplog) -> N
     assert "body hook failed" in caplog.text
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_the_hooks_body_goes_out_through_a_real_server(serve) -> None:
     async def hello(request):
         return PlainTextResponse("ok")

@@ -34,7 +34,7 @@ def test_unfinished_herd_has_infinite_drain() -> None:
     assert summarise(r, 10.0)["drain_s"] == float("inf")
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_demo_herd_drains_with_no_5xx() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "admitgate", "demo", "--herd", "800", "--json", "--deadline", "60"],

@@ -34,6 +34,7 @@ def test_inserts_sweep_expired_entries() -> None:
     assert len(m) == 100  # every insert swept up to two expired ones
 
 
+@pytest.mark.slow
 def test_a_million_distinct_keys_stay_bounded() -> None:
     tracemalloc.start()
     m: BoundedExpiringMap[tuple[float, float]] = BoundedExpiringMap(10_000)

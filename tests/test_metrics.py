@@ -89,6 +89,7 @@ def test_no_registry_no_metrics() -> None:
     assert gate.tally == {} and not gate._tally_on
 
 
+@pytest.mark.integration
 def test_promtool_accepts_the_exposition_and_the_deploy_files(tmp_path) -> None:
     registry = CollectorRegistry()
     AdmitGate(ok_app, rate=LiveHeadroom(BandwidthDelay(seed=1)), metrics=registry)
@@ -147,7 +148,7 @@ def test_dashboard_filters_every_panel_and_keeps_window_and_state_apart() -> Non
     assert any(m.ESTIMATOR in e for exprs in panels.values() for e in exprs)
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_real_prometheus_scrapes_and_every_panel_and_alert_query_returns_series(serve, tmp_path) -> None:
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is required (Debian package 'prometheus'; .ci/run installs it)"
@@ -249,7 +250,7 @@ def total(got: dict[tuple[str, tuple], float], name: str, **labels: str) -> floa
     return sum(v for (n, key), v in got.items() if n == name and set(labels.items()) <= set(key))
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
     with workers("tests.mp_app:app", tmp_path) as url:
         time.sleep(2.5)  # both workers have synced (from lifespan start-up), before any request
@@ -273,7 +274,7 @@ def test_multiprocess_mode_adds_up_every_worker(tmp_path) -> None:
     assert not list(tmp_path.glob("gauge_live*.db"))  # a worker that shuts down takes its live gauges along
 
 
-@pytest.mark.server
+@pytest.mark.integration
 def test_multiprocess_static_rate_exports_no_unset_gauges_and_exact_histograms(tmp_path) -> None:
     with workers("tests.mp_app:static_app", tmp_path) as url:
         replies = [httpx.get(url + "/", timeout=5, headers={"connection": "close"}) for _ in range(200)]

@@ -18,7 +18,7 @@ from admitgate import AdmitGate, Identity, Settings
 from admitgate import metrics as m
 from admitgate.metrics import metrics_app
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 async def hello(request):

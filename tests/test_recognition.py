@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from admitgate import AdmitGate, ManualClock, Settings
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 def gated(**options) -> AdmitGate:

@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket
 
 from admitgate import AdmitGate, Identity, Settings
 
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.integration
 
 
 def starlette_app(**gate) -> Starlette:

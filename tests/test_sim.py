@@ -94,6 +94,7 @@ def test_edge_cpu_delays_events_but_keeps_the_gated_herd_safe() -> None:
     assert busy["herd_latency_p99_s"] > ideal["herd_latency_p99_s"]  # the loop lag shows in latency
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(tmp_path) -> None:
     path = tmp_path / "herd.png"
     assert main(["simulate", "--clients", "300", "--plot", str(path)]) == 0

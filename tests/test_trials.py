@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from admitgate import trials
 
 
@@ -18,6 +20,7 @@ def test_median_of_results() -> None:
     assert (m.settle["a"], m.recovery, m.goodput) == (3.0, 2.0, 0.91)
 
 
+@pytest.mark.slow
 def test_the_default_estimator_meets_the_criteria_by_median_of_five_seeds() -> None:
     noload = trials.noload_p99()
     result = trials.median([trials.run("bdp", seed, noload) for seed in range(1, 6)])
@@ -25,6 +28,7 @@ def test_the_default_estimator_meets_the_criteria_by_median_of_five_seeds() -> N
     assert not failed, (failed, trials.table([result]))
 
 
+@pytest.mark.slow
 def test_a_static_limit_misses_a_capacity_change() -> None:
     result = trials.run("static", seed=3)
     assert result.settle["step down 50 % (workers)"] is None

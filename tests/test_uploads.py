@@ -92,7 +92,7 @@ def uploads_app(progress: dict[str, int]) -> Starlette:
     return app
 
 
-@pytest.mark.server
+@pytest.mark.integration
 @pytest.mark.parametrize("http", ["httptools", "h11"])
 @pytest.mark.parametrize("framing", ["chunked", "content-length"])
 def test_a_paced_upload_reaches_the_app_intact_without_being_read_while_held(serve, http: str, framing: str) -> None:

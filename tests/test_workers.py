@@ -76,6 +76,7 @@ def uvicorn(app: str, *args: str) -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
+@pytest.mark.integration
 def test_two_uvicorn_workers_share_the_rate_and_know_each_others_tickets() -> None:
     proc, base = uvicorn("tests.workers_app:app", "--workers", "2")
     try:
@@ -104,6 +105,7 @@ def test_two_uvicorn_workers_share_the_rate_and_know_each_others_tickets() -> No
         proc.communicate(timeout=30)
 
 
+@pytest.mark.integration
 def test_a_bad_configuration_stops_uvicorn_with_its_default_flags() -> None:
     proc, _ = uvicorn("tests.workers_app:bad")
     out, _ = proc.communicate(timeout=60)
