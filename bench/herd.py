@@ -36,10 +36,10 @@ SCENARIOS: dict[str, tuple[list[str], dict, dict | None, dict]] = {
                                   {"drain_ratio": 1.10, "edge_peak_to_avg": 1.3, "server_5xx": 0, "new_served": 0.95}),
     "admitgate live (no hint)": ([], {}, {"estimator": {"estimator": "bdp"}},
                                  {"drain_ratio": 1.15, "server_5xx": 0, "new_served": 0.95}),
-    "admitgate live, capacity halves at 5 s": ([], {"steps": HALVING},
+    "admitgate live; capacity halves at 5 s": ([], {"steps": HALVING},
                                                {"estimator": {"estimator": "bdp"}, "capacity": [(11.0, 10)]},
                                                {"drain_ratio_integral": 1.15, "server_5xx": 20, "new_served": 0.90}),
-    "admitgate live, 20 % ignore Retry-After": ([], {"ignore_fraction": 0.2},
+    "admitgate live; 20 % ignore Retry-After": ([], {"ignore_fraction": 0.2},
                                                 {"estimator": {"estimator": "bdp"}, "ignore_fraction": 0.2}, {}),
     "slowapi 200/s": (["--gate", "slowapi"], {}, None, {}),
     "no gate": (["--gate", "none"], {}, {"gate": False}, {}),
@@ -139,9 +139,12 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=90.0)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated names (names hold no comma)")
     parser.add_argument("--simulate", action="store_true", help="also predict each scenario with the simulator")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    unknown = [name for name in args.scenarios.split(",") if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; known: {list(SCENARIOS)}")
     out = main(args.clients, args.rounds, args.scenarios.split(","), args.deadline, args.simulate)
     print(json.dumps(out, indent=2) if args.json else report(out))
