@@ -28,11 +28,11 @@ from prometheus_client import CollectorRegistry, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .gate import PACING_BOUNDS
-from .probes import LATENCY_BOUNDS
+from .core.gate import PACING_BOUNDS
+from .limit.probes import LATENCY_BOUNDS
 
 if TYPE_CHECKING:
-    from .middleware import AdmitGate
+    from .asgi.middleware import AdmitGate
 
 PREFIX = "admitgate"
 REQUESTS = f"{PREFIX}_requests"  # counter {route, class, verdict}: admitted | rejected | abandoned
@@ -155,7 +155,7 @@ def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, fl
 
 
 class GateCollector(Collector):
-    """Renders one :class:`~admitgate.middleware.AdmitGate`'s state as metric families at scrape time."""
+    """Renders one :class:`~admitgate.asgi.middleware.AdmitGate`'s state as metric families at scrape time."""
 
     def __init__(self, middleware: AdmitGate) -> None:
         self.middleware = middleware

@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from admitgate.cli import herd_ramp
-from admitgate.herd import run_herd, summarise
-from admitgate.serving import demo_server, pin
+from admitgate.sim.herd import run_herd, summarise
+from admitgate.sim.serving import demo_server, pin
 
 CAPACITY, NEW = 200.0, 20.0
 HALVING = [(5.0, 10)]  # 20 -> 10 workers 5 s into the herd
@@ -58,7 +58,7 @@ def run(scenario: str, clients: int, deadline: float) -> dict:
 
 def simulated(scenario: str, clients: int, seeds: int = 3) -> dict | None:
     """Median of the simulator's prediction for ``scenario`` over ``seeds`` seeds, or None if not modelled."""
-    from admitgate.sim import scenario_from, simulate
+    from admitgate.sim.engine import scenario_from, simulate
 
     options = SCENARIOS[scenario][2]
     if options is None:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from overhead import interleaved, start, wrk  # noqa: E402
 
-from admitgate.serving import free_port, wait_for_redis  # noqa: E402
+from admitgate.sim.serving import free_port, wait_for_redis  # noqa: E402
 
 VARIANTS = ["bare", "admitgate", "admitgate_redis", "slowapi_asgi", "slowapi_redis"]
 

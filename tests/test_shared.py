@@ -15,10 +15,10 @@ import redis
 import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Settings
-from admitgate.gate import Gate
-from admitgate.herd import HerdResult, _Http1, run_herd
-from admitgate.serving import free_port, wait_for_redis
-from admitgate.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.core.gate import Gate
+from admitgate.sim.herd import HerdResult, _Http1, run_herd
+from admitgate.sim.serving import free_port, wait_for_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["{t}:bucket", "{t}:replicas", "{t}:rates"]

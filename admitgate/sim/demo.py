@@ -79,7 +79,7 @@ class Upstream:
 
 def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_options: Any) -> Starlette:
     """The demo Starlette app. ``gate``: ``"admitgate"``, ``"slowapi"`` or ``"none"``; ``gate_options`` go to
-    :class:`~admitgate.middleware.AdmitGate` (none: its defaults, a capacity learnt live)."""
+    :class:`~admitgate.asgi.middleware.AdmitGate` (none: its defaults, a capacity learnt live)."""
     up = upstream or Upstream()
 
     async def work(request: Request) -> Response:
@@ -105,18 +105,18 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     routes: list[BaseRoute] = [Route("/work", work), Route("/health", health), Route("/stats", stats)]
     registry = gate_options.pop("metrics", None)
     if registry is not None:
-        from .metrics import metrics_app
+        from ..metrics import metrics_app
 
         routes.append(Route("/metrics", metrics_app(registry)))
     if gate == "slowapi":
         return _slowapi_app(routes, up)
     app = Starlette(routes=routes)
     if gate == "admitgate":
-        from .middleware import AdmitGate
+        from ..asgi.middleware import AdmitGate
 
         options: dict[str, Any] = {}
         if any(name.startswith("ADMITGATE_") for name in os.environ):
-            from .config import load
+            from ..config import load
 
             options.update(load())  # the deployment's file and ADMITGATE_* variables
         options.update(gate_options)

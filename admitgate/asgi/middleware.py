@@ -7,7 +7,7 @@ exists, at most ``max_pacing_delay`` s), or rejects with 429 (or 503), a compute
 Retry-After that spreads the rejected cohort, rate-limit fields and a problem body.
 Lifespan and other scope types pass straight through; websocket handshakes are
 gated only with ``gate_websockets=True``; CORS preflights are never gated, and rejections carry
-what the app's own CORS policy adds (:mod:`admitgate.cors`). Exceptions from the app propagate unchanged.
+what the app's own CORS policy adds (:mod:`admitgate.asgi.cors`). Exceptions from the app propagate unchanged.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from typing import Any
 import anyio
 from prometheus_client import CollectorRegistry
 
-from .clock import Clock
-from .cors import AppCors, is_preflight
-from .errors import ConfigError, async_function, flag, instance, integer, reading
-from .gate import Decision, Gate, Verdict
-from .headers import HeaderPolicy, merge_expose
-from .headroom import Headroom
-from .identity import Identity, Recogniser
-from .metrics import (
+from ..backends.shared import RedisBudget, backend_from_url
+from ..core.clock import Clock
+from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
+from ..core.gate import Decision, Gate, Verdict
+from ..core.priority import Priority, Rule
+from ..core.schedule import SLOT_GRACE
+from ..core.settings import Settings
+from ..limit.headroom import Headroom
+from ..metrics import (
     ABANDONED,
     AFTER_PACING,
     AT_ONCE,
@@ -41,10 +42,10 @@ from .metrics import (
     MultiprocessSync,
     multiprocess_dir,
 )
-from .routing import Priority, Router, Rule
-from .schedule import SLOT_GRACE
-from .settings import Settings
-from .shared import RedisBudget, backend_from_url
+from .cors import AppCors, is_preflight
+from .headers import HeaderPolicy, merge_expose
+from .identity import Identity, Recogniser
+from .routing import Router
 from .startup import built_by_starlette, fail_startup
 from .ticket import RetryTicket
 from .workers import Server, detect, worker_secret
@@ -82,23 +83,23 @@ class AdmitGate:
         app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
 
     ``rate``: the capacity μ of the service in requests/s; None (default) learns it live; a
-    :class:`~admitgate.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
+    :class:`~admitgate.limit.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
     ``routes``: route template -> ``{"cost": tokens, "class": name, "exempt": bool}``. ``exempt``:
     templates never gated, each covering the paths below it. ``classes``: name ->
     :class:`~admitgate.priority.Priority` (default: critical, default, sheddable); ``default_class``: the
-    class of unlisted routes. ``settings``: the gate's knobs (:class:`~admitgate.settings.Settings`).
-    ``identity``: who a client is (:class:`~admitgate.identity.Identity`). ``headers``: the rejection's
-    status and fields (:class:`~admitgate.headers.HeaderPolicy`). ``metrics``: a prometheus-client
+    class of unlisted routes. ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`).
+    ``identity``: who a client is (:class:`~admitgate.asgi.identity.Identity`). ``headers``: the rejection's
+    status and fields (:class:`~admitgate.asgi.headers.HeaderPolicy`). ``metrics``: a prometheus-client
     ``CollectorRegistry`` to export to (None: no metrics). ``backend``: ``"memory://"`` or None (this
-    process only), a Redis URL or a :class:`~admitgate.shared.RedisBudget`: then ``rate`` is the whole
+    process only), a Redis URL or a :class:`~admitgate.backends.shared.RedisBudget`: then ``rate`` is the whole
     fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
-    admits its share; default: counted from the server's command line, see :mod:`admitgate.workers`).
+    admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
     ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
-    :class:`~admitgate.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
+    :class:`~admitgate.core.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
     ``sleep`` (an async function of seconds: pacing and the tarpit) are injected, so tests run on
-    virtual time. Every bad value is a :class:`~admitgate.errors.ConfigError` naming it, raised here
-    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.startup`).
+    virtual time. Every bad value is a :class:`~admitgate.core.errors.ConfigError` naming it, raised here
+    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.asgi.startup`).
     """
 
     def __init__(
@@ -280,7 +281,7 @@ class AdmitGate:
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:
-        """The booking key (:class:`~admitgate.identity.Recogniser`): a valid retry ticket's id, else a keyed
+        """The booking key (:class:`~admitgate.asgi.identity.Recogniser`): a valid retry ticket's id, else a keyed
         digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
         return self._recognise(scope)
 
@@ -406,7 +407,7 @@ class AdmitGate:
 
 class _Misconfigured(AdmitGate):
     """An AdmitGate whose configuration failed while Starlette built its middleware stack: it fails the
-    lifespan start-up with the error, so the server exits (see :mod:`admitgate.startup`)."""
+    lifespan start-up with the error, so the server exits (see :mod:`admitgate.asgi.startup`)."""
 
     error: ConfigError
 
@@ -427,12 +428,12 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
         if rate is not None or settings is not None or workers is not None:
             raise ConfigError("gate", "a prebuilt Gate carries its own rate and settings: pass gate alone")
         if not isinstance(gate, Gate):
-            raise ConfigError("gate", "must be an admitgate.gate.Gate", gate)
+            raise ConfigError("gate", "must be an admitgate.core.gate.Gate", gate)
         return gate
     settings = instance("settings", settings, Settings)
     count = integer("workers", workers, 1, 1024) if workers is not None else None
     if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
-        from .config import headroom_from_config
+        from ..config import headroom_from_config
 
         return Gate(headroom_from_config({}, now=now), settings, now=now)
     if count is not None and server is not None and server.workers not in (None, count):

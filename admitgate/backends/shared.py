@@ -1,6 +1,6 @@
 """One budget for many replicas: token leases from a bucket in Redis.
 
-Every replica keeps deciding locally, on its own :class:`~admitgate.pacer.TokenPacer`, so the admit
+Every replica keeps deciding locally, on its own :class:`~admitgate.core.pacer.TokenPacer`, so the admit
 path never waits for the network. What is shared is where the local tokens come from. Every
 ``lease_interval`` seconds (0.1), a background task runs one Lua script in Redis. The script:
 
@@ -53,9 +53,9 @@ import socket
 import time
 from typing import Any
 
-from .clock import Clock
-from .errors import ConfigError, integer, non_negative, positive
-from .gate import MIN_SHARE
+from ..core.clock import Clock
+from ..core.errors import ConfigError, integer, non_negative, positive
+from ..core.gate import MIN_SHARE
 
 log = logging.getLogger("admitgate")
 

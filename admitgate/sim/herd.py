@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backoff import backoff_delay
+from ..core.backoff import backoff_delay
 
 
 @dataclass(slots=True)
@@ -220,7 +220,7 @@ def _percentile(values: list[float], q: float) -> float:
 def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
     """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H. ``ramp``: H(t) as
     ``(seconds after the release, H)`` points when capacity changes during the herd: the bound is then
-    the least T with ∫H dt = M (:func:`admitgate.planner.drain_time`), as ``bound_integral_s``.
+    the least T with ∫H dt = M (:func:`admitgate.planning.planner.drain_time`), as ``bound_integral_s``.
 
     Edge peak-to-average is taken over the seconds in which the herd is coming back: whole
     seconds from second 1 (after the release itself) up to, not including, the second of the
@@ -240,7 +240,7 @@ def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, f
     bound = result.clients / headroom
     integral = {}
     if ramp:
-        from .planner import drain_time
+        from ..planning.planner import drain_time
 
         least = drain_time(result.clients, ramp)
         integral = {"bound_integral_s": round(least, 3), "drain_ratio_integral": round(drain / least, 3)}

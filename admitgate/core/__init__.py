@@ -1,0 +1,3 @@
+"""The framework-free core: the token pacer, the Retry-After schedule, the gate's admit/pace/reject decision,
+priority classes and rules, settings, clocks and errors. It imports no ASGI framework, Redis or Prometheus client.
+"""
