@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from admitgate import trials
+from bench import trials
 
 
 def test_settle_time_and_tracking() -> None:

@@ -25,25 +25,6 @@ def pin(cpu: int) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def wait_for_redis(url: str, timeout: float = 10.0) -> None:
-    """Block until the Redis at ``url`` answers PING (a server just started); raise if it never does."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-    finally:
-        client.close()
-
-
 @contextlib.contextmanager
 def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[str]:
     """Run ``admitgate demo`` (serving only) on a free loopback port; yield its base URL."""
