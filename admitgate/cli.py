@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="serve the demo app behind the gate, or fire a herd at it (--herd N)")
     demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default: %(default)s)")
     demo.add_argument("--port", type=int, default=8000, help="port to serve on (default: %(default)s)")
-    demo.add_argument("--gate", choices=["admitgate", "none", "slowapi"], default="admitgate",
+    demo.add_argument("--gate", choices=["admitgate", "none"], default="admitgate",
                       help="what guards the demo app (default: %(default)s)")  # fmt: skip
     demo.add_argument("--spread", choices=["schedule", "jitter"], default="schedule",
                       help="how Retry-After spreads a herd (default: %(default)s)")  # fmt: skip
