@@ -1,1 +1,2 @@
-"""The window planner: which rate and burst keep a herd's retries inside a window (Poisson bounds)."""
+"""The window planner: the minimum safe jitter window for a cohort of retries, from Poisson tail bounds.
+"""
