@@ -56,7 +56,7 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..core.errors import ConfigError, integer, non_negative, positive
-from ..core.gate import MIN_SHARE
+from ..core.gate import MIN_SHARE, Gate
 
 log = logging.getLogger("admitgate")
 
@@ -130,7 +130,7 @@ class RedisBudget:
         #: a lease asks for this many intervals' worth of recent demand: room for demand to double between
         #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
         self.headroom = 2.0
-        self.gate: Any = None
+        self._gate: Gate | None = None
         self.local_rate: float | None = None  # this replica's own μ (from its headroom), published
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
@@ -148,10 +148,10 @@ class RedisBudget:
         self._task: asyncio.Task[None] | None = None
         self._seen = 0  # the gate's decision count at the last lease
 
-    def attach(self, gate: Any, fixed_rate: float | None, clock: Clock = time.monotonic) -> None:
+    def attach(self, gate: Gate, fixed_rate: float | None, clock: Clock = time.monotonic) -> None:
         """Take over ``gate``'s pacer. ``fixed_rate``: the fleet's configured rate (None: sum the replicas' μ).
         ``clock``: the gate's clock (seconds), for setting its pacer."""
-        self.gate = gate
+        self._gate = gate
         self.clock = clock
         gate.backend = self
         self._fixed = fixed_rate or 0.0
@@ -160,6 +160,13 @@ class RedisBudget:
         self._burst = gate.pacer.burst  # the fleet's burst
         # Before the first lease (a few ms after start-up) only the local bucket's burst is admitted.
         gate.pacer.set_grant(0.0, clock())
+
+    @property
+    def gate(self) -> Gate:
+        """The gate whose pacer this budget sets (an error before :meth:`attach`)."""
+        if self._gate is None:
+            raise RuntimeError("RedisBudget.attach(gate, ...) comes before leasing")
+        return self._gate
 
     # -- the lease loop ------------------------------------------------------------------------
     def start(self) -> None:

@@ -41,6 +41,7 @@ from enum import Enum
 
 from ..limit.headroom import Headroom, StaticHeadroom
 from ..limit.probes import Probes
+from .budget import Budget
 from .errors import ConfigError, integer, number
 from .pacer import TokenPacer
 from .priority import Priority
@@ -182,7 +183,7 @@ class Gate:
         #: probe aggregates the middleware records into, if the headroom source reads them (else None)
         self.probes: Probes | None = getattr(self.headroom, "probes", None)
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
-        self.backend: object | None = None
+        self.backend: Budget | None = None
         self.waiters = 0  #: requests held by pacing now
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
@@ -209,8 +210,8 @@ class Gate:
         self._new.update(self.new_requests, now)
         shared = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
-            backend.local_rate = rate  # type: ignore[attr-defined]
-            shared = backend.shed_rate(self.schedule.holders)  # type: ignore[attr-defined]
+            backend.local_rate = rate
+            shared = backend.shed_rate(self.schedule.holders)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
