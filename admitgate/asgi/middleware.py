@@ -17,8 +17,7 @@ import logging
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 
 import anyio
 from prometheus_client import CollectorRegistry
@@ -45,36 +44,18 @@ from ..metrics import (
 from .cors import AppCors, is_preflight
 from .headers import HeaderPolicy, merge_expose
 from .identity import Identity, Recogniser
+from .pacing import hold
 from .routing import Router
 from .startup import built_by_starlette, fail_startup
 from .ticket import RetryTicket
+from .types import ASGIApp, Message, Receive, Scope, Send
 from .workers import Server, detect, worker_secret
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("admitgate")
 
 
 #: Paths never gated unless told otherwise: probes and scrapes must get through while the gate rejects.
 DEFAULT_EXEMPT = ("/health", "/healthz", "/metrics")
-
-
-#: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
-SMALL_BODY = 64 * 1024
-
-
-def _small_body(scope: Scope) -> bool:
-    """Whether a request has no body, or one whose Content-Length is at most :data:`SMALL_BODY`."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return len(value) <= 6 and value.isdigit() and int(value) <= SMALL_BODY
-        if name == b"transfer-encoding":  # chunked: of unknown length
-            return False
-    return True
 
 
 class AdmitGate:
@@ -207,7 +188,7 @@ class AdmitGate:
             outcome = AT_ONCE
             if decision.delay:
                 paced = decision.verdict is Verdict.PACE
-                after, receive = await self._wait(decision, scope, receive)
+                after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
                 if after is None:  # the client went away while held
                     if self._tally_on:
                         self._count(rule, ABANDONED)
@@ -284,62 +265,6 @@ class AdmitGate:
         """The booking key (:class:`~admitgate.asgi.identity.Recogniser`): a valid retry ticket's id, else a keyed
         digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
         return self._recognise(scope)
-
-    # -- holds ----------------------------------------------------------------------------
-    async def _wait(self, decision: Decision, scope: Scope, receive: Receive) -> tuple[Decision | None, Receive]:
-        """Serve the gate's holds until it says admit or reject; None if the client went away.
-
-        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
-        the body stays with the server, whose flow control pushes back on the client. Only a request with
-        no body or a small one (:func:`_small_body`) has its first message read, to notice a client that
-        gives up; the app gets that message replayed. A larger body is not touched: its first message
-        would cost as much memory again as the server's own buffer, a client leaving later goes unnoticed
-        either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
-        is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
-        """
-        gate, clock = self.gate, self.clock
-        first: Message | None = None
-        gone = False
-        watched = _small_body(scope)
-
-        async def watch(holding: anyio.CancelScope) -> None:
-            nonlocal first, gone
-            if first is None:
-                first = await receive()
-            if first["type"] == "http.disconnect" or not first.get("more_body", False):
-                # the body is all in (or the client left): only a disconnect can come now
-                gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-                holding.cancel()  # the client left: stop holding
-
-        current: Decision | None = decision
-        while current is not None and current.delay:
-            if current.verdict is Verdict.REJECT:
-                await self.sleep(current.delay)
-                current = gate.end_hold(current, clock())
-                continue
-            try:
-                async with anyio.create_task_group() as watching:
-                    if watched:
-                        watching.start_soon(watch, watching.cancel_scope)
-                    await self.sleep(current.delay)
-                    watching.cancel_scope.cancel()
-            except BaseException:
-                gate.end_hold(current, clock(), gone=True)
-                raise
-            current = gate.end_hold(current, clock(), gone)
-        if first is None:
-            return current, receive
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            assert first is not None
-            return first
-
-        return current, replay
 
     # -- responses ------------------------------------------------------------------------
     async def _reject(
