@@ -5,29 +5,69 @@
 
 These names are what an application writes; the machinery behind them (the gate, its pacer and
 schedule, routing, tickets) is importable from its own module for advanced use and tests.
+
+Each name is imported when first used (PEP 562), so ``import admitgate.core`` loads the framework-free
+core alone: no Starlette, Redis or Prometheus client until a name that needs them is asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from .clock import ManualClock
-from .config import load
-from .errors import ConfigError
-from .estimators import AIMD, BandwidthDelay, Gradient, Static
-from .headers import HeaderPolicy
-from .headroom import LiveHeadroom
-from .identity import Identity
-from .metrics import metrics_app
-from .middleware import AdmitGate
-from .routing import Priority
-from .settings import Settings
-from .shared import RedisBudget
+if TYPE_CHECKING:
+    from .asgi.headers import HeaderPolicy
+    from .asgi.identity import Identity
+    from .asgi.middleware import AdmitGate
+    from .backends.shared import RedisBudget
+    from .config import load
+    from .core.clock import ManualClock
+    from .core.errors import ConfigError
+    from .core.priority import Priority
+    from .core.settings import Settings
+    from .limit.estimators import AIMD, BandwidthDelay, Gradient, Static
+    from .limit.headroom import LiveHeadroom
+    from .metrics import metrics_app
 
 try:
     __version__ = version("admitgate")
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
+
+#: Public name -> the module that defines it.
+_HOMES = {
+    "AIMD": "limit.estimators",
+    "AdmitGate": "asgi.middleware",
+    "BandwidthDelay": "limit.estimators",
+    "ConfigError": "core.errors",
+    "Gradient": "limit.estimators",
+    "HeaderPolicy": "asgi.headers",
+    "Identity": "asgi.identity",
+    "LiveHeadroom": "limit.headroom",
+    "ManualClock": "core.clock",
+    "Priority": "core.priority",
+    "RedisBudget": "backends.shared",
+    "Settings": "core.settings",
+    "Static": "limit.estimators",
+    "load": "config",
+    "metrics_app": "metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use and keep it in the package's namespace."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'admitgate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "AIMD",

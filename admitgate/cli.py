@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
-from .errors import ConfigError
+from .core.errors import ConfigError
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -20,7 +20,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print("admitgate demo needs uvicorn and httpx: pip install 'admitgate[server]'", file=sys.stderr)
         return 2
-    from .demo import Upstream
+    from .sim.demo import Upstream
 
     upstream = Upstream(args.workers, args.service_time, args.queue_timeout)
     capacity = upstream.capacity
@@ -28,13 +28,13 @@ def _demo(args: argparse.Namespace) -> int:
         return _demo_herd(args, capacity)
     import uvicorn
 
-    from .demo import demo_app
+    from .sim.demo import demo_app
 
     options: dict[str, object] = {}
     if args.gate == "admitgate":
         from prometheus_client import REGISTRY
 
-        from .settings import Settings
+        from .core.settings import Settings
 
         options = {"metrics": REGISTRY}  # served at /metrics
         if args.spread != "schedule":  # otherwise the deployment's [settings] (if any) or the defaults
@@ -81,8 +81,8 @@ def herd_ramp(workers: int, service_time: float, background: float, steps: list[
 
 
 def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
-    from .herd import run_herd, summarise
-    from .serving import demo_server, pin
+    from .sim.herd import run_herd, summarise
+    from .sim.serving import demo_server, pin
 
     headroom = capacity - args.background
     steps = _steps(args.step)
@@ -133,7 +133,7 @@ def _print_summary(s: dict[str, object], capacity: float, background: float) -> 
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .planner import drain_time, plan, prevent
+    from .planning.planner import drain_time, plan, prevent
 
     eps = None if args.eps in ("off", "none") else _number("eps", args.eps)
     result = plan(
@@ -161,7 +161,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from .config import tomllib
-    from .sim import scenario_from, simulate, stderr_progress
+    from .sim.engine import scenario_from, simulate, stderr_progress
 
     if args.scenario and args.scenario.endswith(".toml"):
         try:
@@ -185,7 +185,7 @@ def _simulate(args: argparse.Namespace) -> int:
         for run in runs:
             del run["series"]
     if args.plot:
-        from .sim import plot
+        from .sim.engine import plot
 
         plot(runs, args.plot)
     if args.json:
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="serve the demo app behind the gate, or fire a herd at it (--herd N)")
     demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default: %(default)s)")
     demo.add_argument("--port", type=int, default=8000, help="port to serve on (default: %(default)s)")
-    demo.add_argument("--gate", choices=["admitgate", "none", "slowapi"], default="admitgate",
+    demo.add_argument("--gate", choices=["admitgate", "none"], default="admitgate",
                       help="what guards the demo app (default: %(default)s)")  # fmt: skip
     demo.add_argument("--spread", choices=["schedule", "jitter"], default="schedule",
                       help="how Retry-After spreads a herd (default: %(default)s)")  # fmt: skip

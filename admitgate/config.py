@@ -2,7 +2,7 @@
 
     app.add_middleware(AdmitGate, **admitgate.load("admitgate.toml"))   # or $ADMITGATE_CONFIG
 
-The file has one section per group of :class:`~admitgate.middleware.AdmitGate`'s keywords::
+The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGate`'s keywords::
 
     [gate]                      # AdmitGate's own: rate, exempt, default_class, metrics, workers, gate_websockets
     rate = 200                  # omit to learn the capacity live (then [headroom] tunes the estimator)
@@ -28,7 +28,7 @@ and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_HEADROOM_<
 ``ADMITGATE_<ESTIMATOR>_<PARAM>``; ``ADMITGATE_ROUTES`` and ``ADMITGATE_CLASSES`` hold JSON objects.
 Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/health,/ready``), booleans
 ``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
-names no setting is ignored with one warning. Every error is a :class:`~admitgate.errors.ConfigError`
+names no setting is ignored with one warning. Every error is a :class:`~admitgate.core.errors.ConfigError`
 naming the file's ``section.key`` or the variable.
 
 Why no settings library (pydantic-settings, msgspec): the values are validated once, by the objects
@@ -59,14 +59,15 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
     import tomli as tomllib
 
-from .errors import ConfigError
-from .estimators import ESTIMATORS, estimator_from_config
-from .headers import HeaderPolicy
-from .headroom import LiveHeadroom
-from .identity import Identity
-from .probes import Probes
-from .routing import Priority, Router
-from .settings import Settings
+from .asgi.headers import HeaderPolicy
+from .asgi.identity import Identity
+from .asgi.routing import Router
+from .core.errors import ConfigError
+from .core.priority import Priority
+from .core.settings import Settings
+from .limit.estimators import ESTIMATORS, estimator_from_config
+from .limit.headroom import LiveHeadroom
+from .limit.probes import Probes
 
 log = logging.getLogger("admitgate")
 
@@ -211,7 +212,7 @@ def _kinds(target: Any, skip: tuple[str, ...] = ()) -> dict[str, Convert]:
 
 
 def _schema() -> dict[str, dict[str, Convert]]:
-    from .shared import RedisBudget
+    from .backends.shared import RedisBudget
 
     return {
         "gate": {"rate": _number, "exempt": _templates, "default_class": _text, "metrics": _metrics,
@@ -446,8 +447,8 @@ def _check_routes(out: dict[str, Any], names: dict[tuple[str, str], str]) -> Non
 
 
 def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:
-    """The shared budget (a :class:`~admitgate.shared.RedisBudget`, checked now), or None for ``memory://``."""
-    from .shared import backend_from_url
+    """The shared budget (a :class:`~admitgate.backends.shared.RedisBudget`, checked now), or None for ``memory://``."""
+    from .backends.shared import backend_from_url
 
     if "url" not in table:
         raise ConfigError("backend.url", "is required with other [backend] keys")
@@ -459,7 +460,7 @@ def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:
 
 
 def headroom_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveHeadroom:
-    """Build a :class:`~admitgate.headroom.LiveHeadroom` from a ``[headroom]`` mapping."""
+    """Build a :class:`~admitgate.limit.headroom.LiveHeadroom` from a ``[headroom]`` mapping."""
     data = dict(section)
     name = data.pop("estimator", DEFAULT_ESTIMATOR)
     if not isinstance(name, str):

@@ -22,17 +22,15 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .gate import PACING_BOUNDS
-from .probes import LATENCY_BOUNDS
-
-if TYPE_CHECKING:
-    from .middleware import AdmitGate
+from .core.clock import Clock
+from .core.gate import PACING_BOUNDS, Gate
+from .limit.probes import LATENCY_BOUNDS
 
 PREFIX = "admitgate"
 REQUESTS = f"{PREFIX}_requests"  # counter {route, class, verdict}: admitted | rejected | abandoned
@@ -110,7 +108,29 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
 _SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT, HOLDERS})
 
 
-def snapshot(middleware: AdmitGate) -> Snapshot:
+class Tallied(Protocol):
+    """What the collectors read: the gate, its clock and the per-route tallies (the middleware is one).
+
+    A protocol rather than the middleware's class, so this module never imports the ASGI shell."""
+
+    @property
+    def gate(self) -> Gate: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def tally(self) -> dict[tuple[str, str], list[int]]:
+        """(route template, class) -> counts indexed by :data:`TALLY`."""
+
+    @property
+    def retry_after_counts(self) -> list[int]:
+        """Responses per :data:`RETRY_AFTER_BOUNDS` bucket, the last one unbounded."""
+
+    @property
+    def retry_after_sum(self) -> float:
+        """Seconds of Retry-After given out."""
+
+
+def snapshot(middleware: Tallied) -> Snapshot:
     """Read everything exported from one middleware (cheap: a few dozen attribute reads)."""
     gate = middleware.gate
     now = middleware.clock()
@@ -155,9 +175,9 @@ def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, fl
 
 
 class GateCollector(Collector):
-    """Renders one :class:`~admitgate.middleware.AdmitGate`'s state as metric families at scrape time."""
+    """Renders one :class:`~admitgate.asgi.middleware.AdmitGate`'s state as metric families at scrape time."""
 
-    def __init__(self, middleware: AdmitGate) -> None:
+    def __init__(self, middleware: Tallied) -> None:
         self.middleware = middleware
 
     def describe(self) -> Iterator[Metric]:  # no collect() at registration time
@@ -206,7 +226,7 @@ class MultiprocessSync:
     it). Serve them with :func:`metrics_app`; :meth:`stop` removes this process's gauges.
     """
 
-    def __init__(self, middleware: AdmitGate, interval: float = 1.0) -> None:
+    def __init__(self, middleware: Tallied, interval: float = 1.0) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
         self.middleware, self.interval = middleware, interval

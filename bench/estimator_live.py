@@ -26,8 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.herd import _Http1  # noqa: E402
-from admitgate.serving import free_port, pin  # noqa: E402
+from admitgate.sim.http1 import Http1Client  # noqa: E402
+from admitgate.sim.serving import free_port, pin  # noqa: E402
 
 GAUGES = {"admitgate_capacity_requests_per_second": "mu", "admitgate_rate_requests_per_second": "rate",
           "admitgate_baseline_latency_seconds": "baseline", "admitgate_latency_seconds": "latency"}  # fmt: skip
@@ -62,11 +62,11 @@ async def run(port: int, seconds: float, rate: float) -> dict:
     step_at = seconds / 2
     results: list[tuple[float, int, float]] = []  # (sent, status, latency)
     estimates: list[tuple[float, dict, float]] = []
-    pool = [_Http1("127.0.0.1", port, cookies=False) for _ in range(256)]
+    pool = [Http1Client("127.0.0.1", port, cookies=False) for _ in range(256)]
     free = list(pool)
     stepped = False
 
-    async def one(conn: _Http1) -> None:
+    async def one(conn: Http1Client) -> None:
         sent = time.monotonic()
         status, _ = await conn.get("/work", timeout=10)
         results.append((sent - start, status, time.monotonic() - sent))

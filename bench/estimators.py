@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from admitgate import trials
+import trials  # bench/trials.py, beside this script
 
 
 def main() -> None:

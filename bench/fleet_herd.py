@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from shared import redis_server  # noqa: E402
 
-from admitgate.herd import run_herd, summarise  # noqa: E402
-from admitgate.serving import free_port, pin  # noqa: E402
+from admitgate.sim.herd import run_herd, summarise  # noqa: E402
+from admitgate.sim.serving import free_port, pin  # noqa: E402
 
 SPLIT = (7, 1, 1, 1)
 

@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from admitgate.cli import herd_ramp
-from admitgate.herd import run_herd, summarise
-from admitgate.serving import demo_server, pin
+from admitgate.sim.herd import run_herd, summarise
+from admitgate.sim.serving import demo_server, pin
 
 CAPACITY, NEW = 200.0, 20.0
 HALVING = [(5.0, 10)]  # 20 -> 10 workers 5 s into the herd
@@ -41,16 +41,19 @@ SCENARIOS: dict[str, tuple[list[str], dict, dict | None, dict]] = {
                                                {"drain_ratio_integral": 1.15, "server_5xx": 20, "new_served": 0.90}),
     "admitgate live; 20 % ignore Retry-After": ([], {"ignore_fraction": 0.2},
                                                 {"estimator": {"estimator": "bdp"}, "ignore_fraction": 0.2}, {}),
-    "slowapi 200/s": (["--gate", "slowapi"], {}, None, {}),
+    "slowapi 200/s": ([], {}, None, {}),
     "no gate": (["--gate", "none"], {}, {"gate": False}, {}),
 }  # fmt: skip
+#: What serves each scenario: ``admitgate demo`` unless named here (slowapi is not in the package).
+DEMO = ("-m", "admitgate", "demo")
+PROGRAMS = {"slowapi 200/s": (str(Path(__file__).resolve().parent / "slowapi_demo.py"),)}
 KEYS = ["drain_ratio", "drain_ratio_integral", "edge_peak_to_avg", "server_5xx", "new_served", "attempts",
         "retry_after_max", "herd_latency_p99_s", "background_p99_s", "finished"]  # fmt: skip
 
 
 def run(scenario: str, clients: int, deadline: float) -> dict:
     server_args, options, _, _ = SCENARIOS[scenario]
-    with demo_server(server_args, cpu=0) as base:
+    with demo_server(server_args, cpu=0, program=PROGRAMS.get(scenario, DEMO)) as base:
         result = asyncio.run(run_herd(base, clients, background_rate=NEW, deadline=deadline, **options))
     steps = options.get("steps", ())
     return summarise(result, CAPACITY - NEW, herd_ramp(20, 0.1, NEW, list(steps)) if steps else ())
@@ -58,7 +61,7 @@ def run(scenario: str, clients: int, deadline: float) -> dict:
 
 def simulated(scenario: str, clients: int, seeds: int = 3) -> dict | None:
     """Median of the simulator's prediction for ``scenario`` over ``seeds`` seeds, or None if not modelled."""
-    from admitgate.sim import scenario_from, simulate
+    from admitgate.sim.engine import scenario_from, simulate
 
     options = SCENARIOS[scenario][2]
     if options is None:

@@ -30,7 +30,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from admitgate import AdmitGate, Settings
-from admitgate.pacer import TokenPacer
+from admitgate.core.pacer import TokenPacer
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
          "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),

@@ -26,7 +26,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.serving import free_port, pin  # noqa: E402
+from admitgate.sim.serving import free_port, pin  # noqa: E402
 
 VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_static_metrics", "admitgate_live", "admitgate_metrics",
             "prometheus_per_request",

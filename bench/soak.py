@@ -28,8 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.herd import _Http1  # noqa: E402
-from admitgate.serving import demo_process, pin  # noqa: E402
+from admitgate.sim.http1 import Http1Client  # noqa: E402
+from admitgate.sim.serving import demo_process, pin  # noqa: E402
 
 GAUGES = {"admitgate_schedule_clients": "holders", "admitgate_paced_waiting_requests": "waiters"}
 
@@ -63,7 +63,7 @@ async def soak(host: str, port: int, pid: int, minutes: float, clients: int, see
 
     async def client(i: int) -> None:
         ignores, rotates = rng.random() < 0.2, rng.random() < 0.05
-        conn = _Http1(host, port, keep_alive=not rotates, cookies=not rotates)
+        conn = Http1Client(host, port, keep_alive=not rotates, cookies=not rotates)
         await asyncio.sleep(rng.uniform(0, think))
         while time.monotonic() < stop:
             status, retry_after = await conn.get("/work", timeout=30)

@@ -13,7 +13,8 @@ import pytest
 import uvicorn
 
 from admitgate import ManualClock
-from admitgate.serving import free_port, wait_for_redis
+from admitgate.sim.serving import free_port
+from bench.lab import wait_for_redis
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError
-from admitgate.backoff import (
+from admitgate.core.backoff import (
     backoff_delay,
     jittered_delay,
     parse_ratelimit_reset,

@@ -8,7 +8,7 @@ import pytest
 
 from admitgate import __version__
 from admitgate.cli import build_parser, main
-from admitgate.sim import stderr_progress
+from admitgate.sim.engine import stderr_progress
 
 
 def strict_json(text: str):

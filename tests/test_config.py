@@ -6,9 +6,9 @@ import pytest
 
 from admitgate import AdmitGate, Settings
 from admitgate.config import headroom_from_config, load
-from admitgate.errors import ConfigError
-from admitgate.estimators import BandwidthDelay, Gradient
-from admitgate.headroom import LiveHeadroom
+from admitgate.core.errors import ConfigError
+from admitgate.limit.estimators import BandwidthDelay, Gradient
+from admitgate.limit.headroom import LiveHeadroom
 
 
 async def app(scope, receive, send):  # pragma: no cover - never called

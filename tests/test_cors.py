@@ -1,4 +1,4 @@
-"""Browsers and CORS (admitgate.cors): preflights pass, rejections carry the app's CORS policy, expose lists merge.
+"""Browsers and CORS (admitgate.asgi.cors): preflights pass, rejections carry the app's CORS policy, expose lists merge.
 
 Every case runs in both middleware orders: the gate added after ``CORSMiddleware`` (so outermost, "gate
 outside") and before it ("gate inside"). The oracle for a rejection's CORS headers is the app's own CORS
@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from admitgate import AdmitGate, HeaderPolicy, ManualClock, Settings
-from admitgate.headers import merge_expose, merge_names
+from admitgate.asgi.headers import merge_expose, merge_names
 
 ORIGIN = "https://app.example"
 CORS_FIELDS = ("access-control-allow-origin", "access-control-allow-credentials", "vary")
@@ -209,7 +209,7 @@ async def test_a_gate_that_cannot_find_itself_warns_once_and_still_rejects(clock
 
 @pytest.mark.anyio
 async def test_each_origin_gets_its_own_cors_fields_however_many_come(clock: ManualClock, monkeypatch) -> None:
-    monkeypatch.setattr("admitgate.cors.MAX_ORIGINS", 2)  # the per-Origin results are cleared and learnt again
+    monkeypatch.setattr("admitgate.asgi.cors.MAX_ORIGINS", 2)  # the per-Origin results are cleared and learnt again
     cors = Middleware(CORSMiddleware, allow_origin_regex=r"https://[a-c]\.example", allow_credentials=True)
     origins = ["https://a.example", "https://b.example", None, "https://x.example", "https://c.example"] * 2
     seen: dict[str, list[dict[str, list[str]]]] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from admitgate.errors import ConfigError
-from admitgate.estimators import AIMD, BandwidthDelay, Baseline, Gradient, Static, Window, estimator_from_config
+from admitgate.core.errors import ConfigError
+from admitgate.limit.estimators import AIMD, BandwidthDelay, Baseline, Gradient, Static, Window, estimator_from_config
 
 
 def window(now=1.0, dt=0.1, rate=100.0, completion=100.0, latency=0.1, busy=10.0, limiting=True, drops=0,

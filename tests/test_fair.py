@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate.fair import fair_shares
+from admitgate.core.fair import fair_shares
 
 
 def test_equal_tenants_asking_for_more_split_evenly() -> None:

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.gate import Gate, Verdict
-from admitgate.headroom import StaticHeadroom
-from admitgate.routing import DEFAULT_CLASSES
+from admitgate.core.gate import Gate, Verdict
+from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.limit.headroom import StaticHeadroom
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]

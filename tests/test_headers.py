@@ -10,7 +10,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, Settings
-from admitgate.headers import QUOTA_EXCEEDED, REDUCED_CAPACITY, quota
+from admitgate.asgi.headers import QUOTA_EXCEEDED, REDUCED_CAPACITY, quota
 
 
 def as_dict(headers):

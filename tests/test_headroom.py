@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate.errors import ConfigError
-from admitgate.estimators import AIMD, BandwidthDelay, Gradient, Static
-from admitgate.gate import Gate
-from admitgate.headroom import LiveHeadroom, StaticHeadroom
-from admitgate.probes import Probes
+from admitgate.core.errors import ConfigError
+from admitgate.core.gate import Gate
+from admitgate.limit.estimators import AIMD, BandwidthDelay, Gradient, Static
+from admitgate.limit.headroom import LiveHeadroom, StaticHeadroom
+from admitgate.limit.probes import Probes
 
 
 def feed(h: LiveHeadroom, start: float, seconds: float, rate: float, latency: float, shed: bool = True) -> float:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from admitgate.herd import Attempt, HerdResult, summarise
+from admitgate.sim.herd import Attempt, HerdResult, summarise
 
 
 def test_summary_arithmetic() -> None:

@@ -6,9 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admitgate import AdmitGate, ConfigError, Identity
+from admitgate.asgi.identity import (
+    Recogniser,
+    client_address,
+    connection_key,
+    forwarded_client,
+    header_key,
+    key_from_config,
+)
+from admitgate.asgi.ticket import RetryTicket
 from admitgate.config import load
-from admitgate.identity import Recogniser, client_address, connection_key, forwarded_client, header_key, key_from_config
-from admitgate.ticket import RetryTicket
 
 
 def scope(client=("10.0.0.1", 5000), headers=()):

@@ -2,8 +2,8 @@ import tracemalloc
 
 import pytest
 
-from admitgate.errors import ConfigError
-from admitgate.keystore import BoundedExpiringMap
+from admitgate.core.errors import ConfigError
+from admitgate.core.keystore import BoundedExpiringMap
 
 
 def test_expiry_and_pop() -> None:

@@ -25,10 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom, ManualClock, Settings
 from admitgate import metrics as m
-from admitgate.demo import Upstream, demo_app
-from admitgate.gate import PACING_BOUNDS
-from admitgate.probes import LATENCY_BOUNDS
-from admitgate.serving import free_port
+from admitgate.core.gate import PACING_BOUNDS
+from admitgate.limit.probes import LATENCY_BOUNDS
+from admitgate.sim.demo import Upstream, demo_app
+from admitgate.sim.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, Identity, ManualClock, Settings
-from admitgate.gate import Gate
+from admitgate.core.gate import Gate
 
 
 def http_scope(path="/x", client=("127.0.0.1", 4000), headers=(), method="GET"):
@@ -421,7 +421,7 @@ def test_identity_settings_fail_where_they_are_written() -> None:
 
 
 def test_a_prebuilt_gate_gives_the_backend_its_own_rate() -> None:
-    from admitgate.shared import RedisBudget
+    from admitgate.backends.shared import RedisBudget
 
     class Client:  # no Redis needed: attach only reads the gate
         def register_script(self, script):
@@ -434,8 +434,8 @@ def test_a_prebuilt_gate_gives_the_backend_its_own_rate() -> None:
 
 @pytest.mark.anyio
 async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: ManualClock, sleep) -> None:
-    from admitgate.estimators import BandwidthDelay
-    from admitgate.headroom import LiveHeadroom
+    from admitgate.limit.estimators import BandwidthDelay
+    from admitgate.limit.headroom import LiveHeadroom
 
     async def streaming(scope, receive, send):
         if scope["path"] == "/boom":

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError
-from admitgate.pacer import TokenPacer
+from admitgate.core.pacer import TokenPacer
 
 
 def test_starts_full_and_takes_exactly() -> None:

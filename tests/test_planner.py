@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from admitgate import ConfigError
 from admitgate.cli import main
-from admitgate.planner import drain_time, plan, prevent
+from admitgate.planning.planner import drain_time, plan, prevent
 
 
 def test_the_manuals_worked_numbers() -> None:

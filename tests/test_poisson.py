@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admitgate.poisson import max_safe_rate, normal_quantile, normal_safe_rate, poisson_cdf, poisson_sf
+from admitgate.planning.poisson import max_safe_rate, normal_quantile, normal_safe_rate, poisson_cdf, poisson_sf
 
 
 def direct_cdf(k: int, lam: float) -> float:

@@ -10,7 +10,8 @@ from starlette.routing import Mount, Route
 from starlette.routing import Router as Router_
 
 from admitgate import ConfigError, Priority
-from admitgate.routing import Router, Rule
+from admitgate.asgi.routing import Router
+from admitgate.core.priority import Rule
 
 
 def test_templates_not_raw_paths() -> None:
@@ -165,7 +166,7 @@ def test_the_root_path_is_stripped_before_matching_the_apps_templates() -> None:
 
 
 def test_distinct_labels_from_the_app_are_capped(monkeypatch) -> None:
-    monkeypatch.setattr("admitgate.routing.MAX_TEMPLATES", 5)
+    monkeypatch.setattr("admitgate.asgi.routing.MAX_TEMPLATES", 5)
     app = Starlette(routes=[Route(f"/r{i}/{{x}}", endpoint) for i in range(8)])
     r = Router(app=app)
     labels = [r.resolve(f"/r{i}/1").template for i in range(8)]

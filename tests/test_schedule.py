@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError
-from admitgate.schedule import SLOT_GRACE, Schedule, forecast
+from admitgate.core.schedule import SLOT_GRACE, Schedule, forecast
 
 
 def test_consecutive_places_come_due_at_the_rate() -> None:

@@ -15,10 +15,12 @@ import redis
 import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Settings
-from admitgate.gate import Gate
-from admitgate.herd import HerdResult, _Http1, run_herd
-from admitgate.serving import free_port, wait_for_redis
-from admitgate.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.core.gate import Gate
+from admitgate.sim.herd import HerdResult, run_herd
+from admitgate.sim.http1 import Http1Client
+from admitgate.sim.serving import free_port
+from bench.lab import wait_for_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["{t}:bucket", "{t}:replicas", "{t}:rates"]
@@ -160,11 +162,11 @@ class Fleet:
 
 async def load(ports: list[int], rate: float, seconds: float, statuses: dict[int, int]) -> None:
     """Open-loop GETs at ``rate``/s spread over ``ports``, on 16 keep-alive connections."""
-    conns = [_Http1("127.0.0.1", ports[i % len(ports)]) for i in range(16)]
+    conns = [Http1Client("127.0.0.1", ports[i % len(ports)]) for i in range(16)]
     interval = len(conns) / rate
     stop = time.monotonic() + seconds
 
-    async def run(conn: _Http1, offset: float) -> None:
+    async def run(conn: Http1Client, offset: float) -> None:
         await asyncio.sleep(offset)
         while time.monotonic() < stop:
             started = time.monotonic()

@@ -8,9 +8,9 @@ import pytest
 
 from admitgate import ConfigError
 from admitgate.cli import main
-from admitgate.gate import Gate
-from admitgate.planner import drain_time
-from admitgate.sim import SCENARIOS, Scenario, Simulation, scenario_from, simulate
+from admitgate.core.gate import Gate
+from admitgate.planning.planner import drain_time
+from admitgate.sim.engine import SCENARIOS, Scenario, Simulation, scenario_from, simulate
 
 SMALL = {"clients": 500, "workers": 10, "service_time": 0.1, "background_rate": 10.0}
 

@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Identity
-from admitgate.ticket import (
+from admitgate.asgi.ticket import (
     COOKIE,
     MAX_TICKETS,
     RetryTicket,

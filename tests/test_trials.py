@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admitgate import trials
+from bench import trials
 
 
 def test_settle_time_and_tracking() -> None:

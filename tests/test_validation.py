@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, Identity, ManualClock, Priority, Settings
-from admitgate.gate import Gate
+from admitgate.core.gate import Gate
 
 #: Values of the wrong type or out of any range, for every keyword alike.
 HOSTILE = st.sampled_from([

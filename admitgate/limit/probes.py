@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-from .errors import integer, positive
+from ..core.errors import integer, positive
 
 #: Latency histogram bounds, seconds (prometheus-client's defaults, extended to 30 s).
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0)

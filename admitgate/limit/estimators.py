@@ -2,7 +2,7 @@
 
 Every estimator implements :class:`Estimator`: :meth:`~Estimator.estimate` takes a
 :class:`Window` (a summary of the last second or so of probes, computed by
-:class:`~admitgate.headroom.LiveHeadroom` on the gate's refresh cadence) and returns the rate the
+:class:`~admitgate.limit.headroom.LiveHeadroom` on the gate's refresh cadence) and returns the rate the
 gate should admit at, while :attr:`~Estimator.mu` holds its belief about the capacity. The two
 differ only while an estimator drains a queue it caused. None of them reads a clock: time comes in
 the window, so the herd simulator runs them on virtual time.
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from .errors import ConfigError, integer, non_negative, positive
+from ..core.errors import ConfigError, integer, non_negative, positive
 
 
 @dataclass(frozen=True, slots=True)

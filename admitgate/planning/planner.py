@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .errors import ConfigError, integer
+from ..core.errors import ConfigError, integer
 from .poisson import max_safe_rate, normal_safe_rate
 
 #: The smallest overflow tolerance ε: the normal approximation needs Φ⁻¹(1 − ε), and 1 − ε in double

@@ -7,7 +7,7 @@ exists, at most ``max_pacing_delay`` s), or rejects with 429 (or 503), a compute
 Retry-After that spreads the rejected cohort, rate-limit fields and a problem body.
 Lifespan and other scope types pass straight through; websocket handshakes are
 gated only with ``gate_websockets=True``; CORS preflights are never gated, and rejections carry
-what the app's own CORS policy adds (:mod:`admitgate.cors`). Exceptions from the app propagate unchanged.
+what the app's own CORS policy adds (:mod:`admitgate.asgi.cors`). Exceptions from the app propagate unchanged.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ import logging
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 
 import anyio
 from prometheus_client import CollectorRegistry
 
-from .clock import Clock
-from .cors import AppCors, is_preflight
-from .errors import ConfigError, async_function, flag, instance, integer, reading
-from .gate import Decision, Gate, Verdict
-from .headers import HeaderPolicy, merge_expose
-from .headroom import Headroom
-from .identity import Identity, Recogniser
-from .metrics import (
+from ..backends.shared import RedisBudget, backend_from_url
+from ..core.clock import Clock
+from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
+from ..core.gate import Decision, Gate, Verdict
+from ..core.priority import Priority, Rule
+from ..core.schedule import SLOT_GRACE
+from ..core.settings import Settings
+from ..limit.headroom import Headroom
+from ..metrics import (
     ABANDONED,
     AFTER_PACING,
     AT_ONCE,
@@ -41,19 +41,15 @@ from .metrics import (
     MultiprocessSync,
     multiprocess_dir,
 )
-from .routing import Priority, Router, Rule
-from .schedule import SLOT_GRACE
-from .settings import Settings
-from .shared import RedisBudget, backend_from_url
+from .cors import AppCors, is_preflight
+from .headers import HeaderPolicy, merge_expose
+from .identity import Identity, Recogniser
+from .pacing import hold
+from .routing import Router
 from .startup import built_by_starlette, fail_startup
 from .ticket import RetryTicket
+from .types import ASGIApp, Message, Receive, Scope, Send
 from .workers import Server, detect, worker_secret
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("admitgate")
 
@@ -62,43 +58,29 @@ log = logging.getLogger("admitgate")
 DEFAULT_EXEMPT = ("/health", "/healthz", "/metrics")
 
 
-#: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
-SMALL_BODY = 64 * 1024
-
-
-def _small_body(scope: Scope) -> bool:
-    """Whether a request has no body, or one whose Content-Length is at most :data:`SMALL_BODY`."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return len(value) <= 6 and value.isdigit() and int(value) <= SMALL_BODY
-        if name == b"transfer-encoding":  # chunked: of unknown length
-            return False
-    return True
-
-
 class AdmitGate:
     """Admission control for an ASGI app.
 
         app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
 
     ``rate``: the capacity μ of the service in requests/s; None (default) learns it live; a
-    :class:`~admitgate.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
+    :class:`~admitgate.limit.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
     ``routes``: route template -> ``{"cost": tokens, "class": name, "exempt": bool}``. ``exempt``:
     templates never gated, each covering the paths below it. ``classes``: name ->
     :class:`~admitgate.priority.Priority` (default: critical, default, sheddable); ``default_class``: the
-    class of unlisted routes. ``settings``: the gate's knobs (:class:`~admitgate.settings.Settings`).
-    ``identity``: who a client is (:class:`~admitgate.identity.Identity`). ``headers``: the rejection's
-    status and fields (:class:`~admitgate.headers.HeaderPolicy`). ``metrics``: a prometheus-client
+    class of unlisted routes. ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`).
+    ``identity``: who a client is (:class:`~admitgate.asgi.identity.Identity`). ``headers``: the rejection's
+    status and fields (:class:`~admitgate.asgi.headers.HeaderPolicy`). ``metrics``: a prometheus-client
     ``CollectorRegistry`` to export to (None: no metrics). ``backend``: ``"memory://"`` or None (this
-    process only), a Redis URL or a :class:`~admitgate.shared.RedisBudget`: then ``rate`` is the whole
+    process only), a Redis URL or a :class:`~admitgate.backends.shared.RedisBudget`: then ``rate`` is the whole
     fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
-    admits its share; default: counted from the server's command line, see :mod:`admitgate.workers`).
+    admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
     ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
-    :class:`~admitgate.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
+    :class:`~admitgate.core.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
     ``sleep`` (an async function of seconds: pacing and the tarpit) are injected, so tests run on
-    virtual time. Every bad value is a :class:`~admitgate.errors.ConfigError` naming it, raised here
-    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.startup`).
+    virtual time. Every bad value is a :class:`~admitgate.core.errors.ConfigError` naming it, raised here
+    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.asgi.startup`).
     """
 
     def __init__(
@@ -206,7 +188,7 @@ class AdmitGate:
             outcome = AT_ONCE
             if decision.delay:
                 paced = decision.verdict is Verdict.PACE
-                after, receive = await self._wait(decision, scope, receive)
+                after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
                 if after is None:  # the client went away while held
                     if self._tally_on:
                         self._count(rule, ABANDONED)
@@ -280,65 +262,9 @@ class AdmitGate:
 
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:
-        """The booking key (:class:`~admitgate.identity.Recogniser`): a valid retry ticket's id, else a keyed
+        """The booking key (:class:`~admitgate.asgi.identity.Recogniser`): a valid retry ticket's id, else a keyed
         digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
         return self._recognise(scope)
-
-    # -- holds ----------------------------------------------------------------------------
-    async def _wait(self, decision: Decision, scope: Scope, receive: Receive) -> tuple[Decision | None, Receive]:
-        """Serve the gate's holds until it says admit or reject; None if the client went away.
-
-        The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
-        the body stays with the server, whose flow control pushes back on the client. Only a request with
-        no body or a small one (:func:`_small_body`) has its first message read, to notice a client that
-        gives up; the app gets that message replayed. A larger body is not touched: its first message
-        would cost as much memory again as the server's own buffer, a client leaving later goes unnoticed
-        either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
-        is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
-        """
-        gate, clock = self.gate, self.clock
-        first: Message | None = None
-        gone = False
-        watched = _small_body(scope)
-
-        async def watch(holding: anyio.CancelScope) -> None:
-            nonlocal first, gone
-            if first is None:
-                first = await receive()
-            if first["type"] == "http.disconnect" or not first.get("more_body", False):
-                # the body is all in (or the client left): only a disconnect can come now
-                gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-                holding.cancel()  # the client left: stop holding
-
-        current: Decision | None = decision
-        while current is not None and current.delay:
-            if current.verdict is Verdict.REJECT:
-                await self.sleep(current.delay)
-                current = gate.end_hold(current, clock())
-                continue
-            try:
-                async with anyio.create_task_group() as watching:
-                    if watched:
-                        watching.start_soon(watch, watching.cancel_scope)
-                    await self.sleep(current.delay)
-                    watching.cancel_scope.cancel()
-            except BaseException:
-                gate.end_hold(current, clock(), gone=True)
-                raise
-            current = gate.end_hold(current, clock(), gone)
-        if first is None:
-            return current, receive
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            assert first is not None
-            return first
-
-        return current, replay
 
     # -- responses ------------------------------------------------------------------------
     async def _reject(
@@ -406,7 +332,7 @@ class AdmitGate:
 
 class _Misconfigured(AdmitGate):
     """An AdmitGate whose configuration failed while Starlette built its middleware stack: it fails the
-    lifespan start-up with the error, so the server exits (see :mod:`admitgate.startup`)."""
+    lifespan start-up with the error, so the server exits (see :mod:`admitgate.asgi.startup`)."""
 
     error: ConfigError
 
@@ -427,12 +353,12 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
         if rate is not None or settings is not None or workers is not None:
             raise ConfigError("gate", "a prebuilt Gate carries its own rate and settings: pass gate alone")
         if not isinstance(gate, Gate):
-            raise ConfigError("gate", "must be an admitgate.gate.Gate", gate)
+            raise ConfigError("gate", "must be an admitgate.core.gate.Gate", gate)
         return gate
     settings = instance("settings", settings, Settings)
     count = integer("workers", workers, 1, 1024) if workers is not None else None
     if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
-        from .config import headroom_from_config
+        from ..config import headroom_from_config
 
         return Gate(headroom_from_config({}, now=now), settings, now=now)
     if count is not None and server is not None and server.workers not in (None, count):

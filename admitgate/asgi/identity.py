@@ -2,7 +2,7 @@
 
 A **returning client** is, in this order (see :class:`Recogniser`, which turns a request into its booking key):
 
-1. one that echoes a valid retry ticket (:mod:`admitgate.ticket`): it is known by the ticket's id;
+1. one that echoes a valid retry ticket (:mod:`admitgate.asgi.ticket`): it is known by the ticket's id;
 2. one known by the configured key. The default is its **connection**: a peer ``(host, port)`` with a real
    port, bound to a digest of the request's user-identifying fields (:data:`USER_FIELDS`). A reverse proxy's
    keep-alive connection or a client's connection pool carries many users' requests; a request with other
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-from .clock import Clock
-from .errors import ConfigError, choice, flag, function, integer
+from ..core.clock import Clock
+from ..core.errors import ConfigError, choice, flag, function, integer
 from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])

@@ -10,8 +10,8 @@ exact form of H = μ − λ_new: the protected traffic is subtracted as it arriv
 has caught up with it.
 
 * :class:`StaticHeadroom`: a configured rate.
-* :class:`LiveHeadroom`: a capacity estimator (:mod:`admitgate.estimators`) fed by the
-  :class:`~admitgate.probes.Probes` the middleware records, optionally capped or replaced by external
+* :class:`LiveHeadroom`: a capacity estimator (:mod:`admitgate.limit.estimators`) fed by the
+  :class:`~admitgate.limit.probes.Probes` the middleware records, optionally capped or replaced by external
   capacity probes (a pool's free connections, a dependency's own headroom) and reduced by an external
   background rate, then clamped to [floor, ceiling] and to ``max_step`` per update.
 """
@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .errors import ConfigError, integer, non_negative, number, positive
+from ..core.errors import ConfigError, integer, non_negative, number, positive
+from ..core.settings import MAX_RATE, MIN_RATE
 from .estimators import Estimator, Window
 from .probes import Probes
-from .settings import MAX_RATE, MIN_RATE
 
 log = logging.getLogger("admitgate")
 
@@ -82,7 +82,7 @@ class HeadroomState:
 class LiveHeadroom:
     """H(t) from live probes.
 
-    ``estimator``: an :class:`~admitgate.estimators.Estimator`. ``initial``: the rate before any
+    ``estimator``: an :class:`~admitgate.limit.estimators.Estimator`. ``initial``: the rate before any
     evidence (requests/s; cold start is permissive: the rate also follows twice the admitted rate
     until ``min_samples`` completions have been seen). ``floor``/``ceiling``: bounds of the rate.
     ``max_step``: largest relative change per update (0.25: × or ÷ 1.25). ``window``: seconds of probes an

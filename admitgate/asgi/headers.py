@@ -25,7 +25,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-from .errors import ConfigError, flag
+from ..core.errors import ConfigError, flag
 
 Header = tuple[bytes, bytes]
 #: ``body(status, retry_after, policy_name) -> (body bytes, content type)``: a rejection's body in the app's format.

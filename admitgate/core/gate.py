@@ -21,7 +21,7 @@ of the last few whole seconds, so that a herd's own first wave (it arrives withi
 count as new traffic.
 
 The Retry-After of a place is ``ceil(τ − lead)``, at least 1, where τ is the forecast time until the
-place is due (see :func:`admitgate.schedule.forecast`) and ``lead = min(1 s, max_pacing_delay)``: a
+place is due (see :func:`admitgate.core.schedule.forecast`) and ``lead = min(1 s, max_pacing_delay)``: a
 client is told to come back up to a second before its place is due and is held until it is.
 Whole-second Retry-After values would otherwise leave tokens unused between returns. When H has
 collapsed below a quarter of its recent peak (an outage), the forecast expects the peak back at any
@@ -39,11 +39,12 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 
+from ..limit.headroom import Headroom, StaticHeadroom
+from ..limit.probes import Probes
+from .budget import Budget
 from .errors import ConfigError, integer, number
-from .headroom import Headroom, StaticHeadroom
 from .pacer import TokenPacer
-from .probes import Probes
-from .routing import Priority
+from .priority import Priority
 from .schedule import PLACEMENTS, Place, Schedule, forecast
 from .settings import MAX_RATE, MIN_RATE, Settings
 
@@ -145,7 +146,7 @@ class Gate:
     """Token pacer + retry schedule + pacing and tarpit bounds.
 
     ``rate``: the capacity μ in requests/s, or a :class:`Headroom` that reports it (live).
-    ``settings``: the gate's knobs (:class:`~admitgate.settings.Settings`; its defaults if None).
+    ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`; its defaults if None).
     ``now``: the time it starts at, seconds.
     """
 
@@ -181,8 +182,8 @@ class Gate:
         self.pacing_seconds = 0.0  #: total pacing hold, seconds
         #: probe aggregates the middleware records into, if the headroom source reads them (else None)
         self.probes: Probes | None = getattr(self.headroom, "probes", None)
-        #: a shared budget (admitgate.shared.RedisBudget) that leases this replica's tokens, or None
-        self.backend: object | None = None
+        #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
+        self.backend: Budget | None = None
         self.waiters = 0  #: requests held by pacing now
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
@@ -209,8 +210,8 @@ class Gate:
         self._new.update(self.new_requests, now)
         shared = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
-            backend.local_rate = rate  # type: ignore[attr-defined]
-            shared = backend.shed_rate(self.schedule.holders)  # type: ignore[attr-defined]
+            backend.local_rate = rate
+            shared = backend.shed_rate(self.schedule.holders)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted

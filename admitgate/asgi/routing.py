@@ -1,4 +1,4 @@
-"""Route rules and priority classes.
+"""Route matching: a request path to its :class:`~admitgate.core.priority.Rule`, with Starlette's path compiler.
 
 Rules are keyed by *route template* (Starlette syntax: ``/items/{id}``,
 ``/files/{path:path}``), never by raw path, so ``/items/1`` and ``/items/2`` share
@@ -11,10 +11,7 @@ Paths no rule names get the default rule; with :class:`AppTemplates` their metri
 is the app's own route template (``/users/{user_id}``), and ``*`` only for paths the app
 does not route.
 
-Priority classes make H = μ − λ_new concrete: a *critical* class is never shed and is
-charged against capacity first (its rate is λ_new); other classes share what is
-left, and a class with ``reserve`` > 0 must leave that fraction of the burst in the
-bucket, so it is shed before the classes above it.
+Priority classes and the rule type live in the framework-free core (:mod:`admitgate.core.priority`).
 """
 
 from __future__ import annotations
@@ -22,60 +19,18 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 
-from .errors import ConfigError, flag
+from ..core.errors import ConfigError, flag
+from ..core.priority import DEFAULT_CLASSES, Priority, Rule
 
 _CACHE_SIZE = 4096
 #: A path parameter in a template, as Starlette writes them: ``{name}`` or ``{name:convertor}``.
 _PARAM = re.compile(r"{[a-zA-Z_][a-zA-Z0-9_]*(:[a-zA-Z_][a-zA-Z0-9_]*)?}")
 #: Most distinct route labels the app's own templates may add; paths beyond them count as ``*``.
 MAX_TEMPLATES = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Priority:
-    """A priority class. ``reserve``: fraction of the burst this class must leave unused."""
-
-    name: str
-    critical: bool = False
-    reserve: float = 0.0
-    plain: bool = field(init=False, repr=False, compare=False)  #: neither critical nor reserving
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError("classes", "a class name must be a non-empty string", self.name)
-        flag(f"classes[{self.name!r}].critical", self.critical)
-        reserve = self.reserve
-        if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0.0 <= reserve < 1.0:
-            raise ConfigError(f"classes[{self.name!r}].reserve", "must be a number in [0, 1)", reserve)
-        if self.critical and self.reserve:
-            raise ConfigError(f"classes[{self.name!r}].reserve", "a critical class cannot have a reserve", self.reserve)
-        object.__setattr__(self, "plain", not self.critical and not self.reserve)
-
-
-DEFAULT_CLASSES: dict[str, Priority] = {
-    "critical": Priority("critical", critical=True),
-    "default": Priority("default"),
-    "sheddable": Priority("sheddable", reserve=0.5),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """What the gate does with requests matching ``template``."""
-
-    template: str
-    cost: float = 1.0
-    priority: Priority = DEFAULT_CLASSES["default"]
-    exempt: bool = False
-    fast: bool = field(init=False, repr=False, compare=False)  #: gated, plain class: the admit fast path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fast", not self.exempt and self.priority.plain)
 
 
 class Router:

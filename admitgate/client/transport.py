@@ -30,9 +30,9 @@ try:
 except ImportError as exc:  # the transports are httpx transports: the 'client' extra brings httpx
     raise ImportError("admitgate.client needs httpx: pip install 'admitgate[client]'", name=exc.name) from exc
 
-from .backoff import Uniform, backoff_delay, check_jitter, server_delay, server_delay_jitter
-from .clock import Clock
-from .errors import ConfigError, integer, non_negative, positive
+from ..core.backoff import Uniform, backoff_delay, check_jitter, server_delay, server_delay_jitter
+from ..core.clock import Clock
+from ..core.errors import ConfigError, integer, non_negative, positive
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

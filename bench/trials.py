@@ -1,11 +1,11 @@
 """Estimator trials: each capacity estimator against capacity steps, a ramp and sustained overload.
 
-The trials run the herd simulator (:mod:`admitgate.sim`) with open-loop demand (Poisson arrivals
-that do not retry) and a live :class:`~admitgate.headroom.LiveHeadroom`, so the real gate, probes
+The trials run the herd simulator (:mod:`admitgate.sim.engine`) with open-loop demand (Poisson arrivals
+that do not retry) and a live :class:`~admitgate.limit.headroom.LiveHeadroom`, so the real gate, probes
 and estimators are judged on virtual time. True capacity is 20 workers × lognormal service times
 (mean 100 ms): 200 requests/s.
 
-Criteria (from issue 3):
+Criteria:
 
 * after a step (capacity halved by losing workers; halved by a slower service, which also doubles
   the baseline latency; doubled), the capacity estimate is within 15 % of the truth within 5 s and
@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sim import Scenario, Simulation
+from admitgate.sim.engine import Scenario, Simulation
 
 CAPACITY = 200.0
 ESTIMATORS = ("static", "bdp", "gradient", "aimd")

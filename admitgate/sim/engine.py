@@ -1,7 +1,7 @@
 """Herd simulator: thousands of clients against the real gate on a virtual clock.
 
-The simulator drives the very objects the middleware uses — :class:`~admitgate.gate.Gate` (token
-pacer, pacing queue, spreading policy, tarpit) and :func:`~admitgate.backoff.backoff_delay` — and
+The simulator drives the very objects the middleware uses — :class:`~admitgate.core.gate.Gate` (token
+pacer, pacing queue, spreading policy, tarpit) and :func:`~admitgate.core.backoff.backoff_delay` — and
 models only what is outside them: a capacity-limited upstream (``workers`` slots, a service-time
 distribution, a worker-count schedule, a queue timeout answered with 503), a herd of ``clients``
 released together, new arrivals (Poisson, ordinary clients on the herd's own route that make one
@@ -13,7 +13,7 @@ instead), and client policies:
 * ``ignore``: retry every ``ignore_interval`` s whatever the server says;
 * ``full`` / ``equal`` / ``decorrelated``: the client helper's backoff, never before Retry-After.
 
-It records every attempt as :class:`~admitgate.herd.Attempt`, so :func:`~admitgate.herd.summarise`
+It records every attempt as :class:`~admitgate.sim.herd.Attempt`, so :func:`~admitgate.sim.herd.summarise`
 computes the same figures for simulated and real herds. Same seed, same result.
 """
 
@@ -30,14 +30,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .backoff import backoff_delay
-from .errors import ConfigError, non_negative
-from .estimators import Static
-from .gate import Decision, Gate, Verdict
-from .headroom import LiveHeadroom
+from ..core.backoff import backoff_delay
+from ..core.errors import ConfigError, non_negative
+from ..core.gate import Decision, Gate, Verdict
+from ..core.priority import DEFAULT_CLASSES
+from ..core.settings import Settings
+from ..limit.estimators import Static
+from ..limit.headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
-from .routing import DEFAULT_CLASSES
-from .settings import Settings
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
 _ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND = range(5)
@@ -141,7 +141,7 @@ class Simulation:
         s = scenario
         rate: Any = s.workers / s.service_time * s.rate_fraction
         if s.estimator is not None:
-            from .config import headroom_from_config
+            from ..config import headroom_from_config
 
             table = dict(s.estimator)
             name = table.get("estimator", "bdp")

@@ -11,7 +11,7 @@ import random
 import re
 from collections.abc import Callable
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 Uniform = Callable[[float, float], float]
 JITTERS = ("full", "equal", "decorrelated", "none")

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from types import FrameType
 from typing import Any
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 Message = MutableMapping[str, Any]
 

@@ -1,6 +1,6 @@
 """One budget for many replicas: token leases from a bucket in Redis.
 
-Every replica keeps deciding locally, on its own :class:`~admitgate.pacer.TokenPacer`, so the admit
+Every replica keeps deciding locally, on its own :class:`~admitgate.core.pacer.TokenPacer`, so the admit
 path never waits for the network. What is shared is where the local tokens come from. Every
 ``lease_interval`` seconds (0.1), a background task runs one Lua script in Redis. The script:
 
@@ -51,11 +51,12 @@ import math
 import os
 import socket
 import time
+from importlib import resources
 from typing import Any
 
-from .clock import Clock
-from .errors import ConfigError, integer, non_negative, positive
-from .gate import MIN_SHARE
+from ..core.clock import Clock
+from ..core.errors import ConfigError, integer, non_negative, positive
+from ..core.gate import MIN_SHARE, Gate
 
 log = logging.getLogger("admitgate")
 
@@ -63,52 +64,8 @@ log = logging.getLogger("admitgate")
 #: its own interval is paid back to the shared bucket by that next lease.
 GRACE = 3.0
 
-LEASE = """
-local bucket, members, rates = KEYS[1], KEYS[2], KEYS[3]
-local want, id, mine = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local fixed, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local interval = tonumber(ARGV[7]) or 0
-local backlog, new = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0
-local overdraft = tonumber(ARGV[10]) or 0
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZADD', members, now + ttl, id)
-local dead = redis.call('ZRANGEBYSCORE', members, '-inf', now)
-for _, d in ipairs(dead) do
-  redis.call('ZREM', members, d)
-  redis.call('HDEL', rates, d)
-end
-redis.call('HSET', rates, id, want .. ' ' .. backlog .. ' ' .. new .. ' ' .. mine)
-local rate, wants, backlogs, news = 0, 0, 0, 0
-for _, v in ipairs(redis.call('HVALS', rates)) do
-  local w, b, n, h = string.match(v, '^([^ ]+) ([^ ]+) ([^ ]+) ([^ ]+)')
-  rate = rate + (tonumber(h) or 0)
-  wants = wants + (tonumber(w) or 0)
-  backlogs = backlogs + (tonumber(b) or 0)
-  news = news + (tonumber(n) or 0)
-end
-if fixed > 0 then rate = fixed end
-local state = redis.call('HMGET', bucket, 'tokens', 'ts')
-local tokens = tonumber(state[1]) or burst
-local ts = tonumber(state[2]) or now
-if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
--- tokens this replica refilled beyond its last grant because this lease came late: owed to the fleet
-tokens = tokens - overdraft
--- a fair share: when the replicas together want more than an interval's refill, each gets its part of it
-local share = want
-if interval > 0 and wants > rate * interval then share = rate * interval * want / wants end
--- The bucket may run into debt by one burst: leases come a little late or early, and a grant that
--- waited for the exact refill would lose the difference. The debt is paid before anything more is granted.
-local grant = math.max(0, math.min(want, share, tokens + burst))
-tokens = tokens - grant
-redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts', tostring(now))
-local keep = math.ceil((ttl + 60) * 1000)
-redis.call('PEXPIRE', bucket, keep)
-redis.call('PEXPIRE', members, keep)
-redis.call('PEXPIRE', rates, keep)
-return {tostring(grant), tostring(rate), redis.call('ZCARD', members), tostring(now), tostring(backlogs),
-        tostring(news)}
-"""
+#: The lease script (``lease.lua``, shipped beside this module as package data).
+LEASE = (resources.files(__package__) / "lease.lua").read_text(encoding="utf-8")
 
 
 def connect(url: str) -> Any:
@@ -173,7 +130,7 @@ class RedisBudget:
         #: a lease asks for this many intervals' worth of recent demand: room for demand to double between
         #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
         self.headroom = 2.0
-        self.gate: Any = None
+        self._gate: Gate | None = None
         self.local_rate: float | None = None  # this replica's own μ (from its headroom), published
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
@@ -191,10 +148,10 @@ class RedisBudget:
         self._task: asyncio.Task[None] | None = None
         self._seen = 0  # the gate's decision count at the last lease
 
-    def attach(self, gate: Any, fixed_rate: float | None, clock: Clock = time.monotonic) -> None:
+    def attach(self, gate: Gate, fixed_rate: float | None, clock: Clock = time.monotonic) -> None:
         """Take over ``gate``'s pacer. ``fixed_rate``: the fleet's configured rate (None: sum the replicas' μ).
         ``clock``: the gate's clock (seconds), for setting its pacer."""
-        self.gate = gate
+        self._gate = gate
         self.clock = clock
         gate.backend = self
         self._fixed = fixed_rate or 0.0
@@ -203,6 +160,13 @@ class RedisBudget:
         self._burst = gate.pacer.burst  # the fleet's burst
         # Before the first lease (a few ms after start-up) only the local bucket's burst is admitted.
         gate.pacer.set_grant(0.0, clock())
+
+    @property
+    def gate(self) -> Gate:
+        """The gate whose pacer this budget sets (an error before :meth:`attach`)."""
+        if self._gate is None:
+            raise RuntimeError("RedisBudget.attach(gate, ...) comes before leasing")
+        return self._gate
 
     # -- the lease loop ------------------------------------------------------------------------
     def start(self) -> None:

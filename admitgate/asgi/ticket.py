@@ -20,7 +20,7 @@ import math
 import secrets
 from collections.abc import Iterator
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 log = logging.getLogger("admitgate")
 

@@ -25,37 +25,22 @@ def pin(cpu: int) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def wait_for_redis(url: str, timeout: float = 10.0) -> None:
-    """Block until the Redis at ``url`` answers PING (a server just started); raise if it never does."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-    finally:
-        client.close()
-
-
 @contextlib.contextmanager
-def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[str]:
-    """Run ``admitgate demo`` (serving only) on a free loopback port; yield its base URL."""
-    with demo_process(args, cpu=cpu, ready_timeout=ready_timeout) as (base, _):
+def demo_server(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0,
+                program: Sequence[str] = ("-m", "admitgate", "demo")) -> Iterator[str]:  # fmt: skip
+    """Run ``admitgate demo`` (serving only; or ``program``) on a free loopback port; yield its base URL."""
+    with demo_process(args, cpu=cpu, ready_timeout=ready_timeout, program=program) as (base, _):
         yield base
 
 
 @contextlib.contextmanager
-def demo_process(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0) -> Iterator[tuple[str, int]]:
-    """:func:`demo_server`, yielding ``(base URL, process id)`` (to read the server's memory, say)."""
+def demo_process(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float = 20.0,
+                 program: Sequence[str] = ("-m", "admitgate", "demo")) -> Iterator[tuple[str, int]]:  # fmt: skip
+    """:func:`demo_server`, yielding ``(base URL, process id)`` (to read the server's memory, say).
+
+    ``program``: what the Python interpreter runs (a script taking ``admitgate demo``'s options, say)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "admitgate", "demo", "--port", str(port), "--quiet", *args]
+    cmd = [sys.executable, *program, "--port", str(port), "--quiet", *args]
     proc = subprocess.Popen(cmd, preexec_fn=lambda: pin(cpu))
     base = f"http://127.0.0.1:{port}"
     try:

@@ -78,8 +78,9 @@ class Upstream:
 
 
 def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_options: Any) -> Starlette:
-    """The demo Starlette app. ``gate``: ``"admitgate"``, ``"slowapi"`` or ``"none"``; ``gate_options`` go to
-    :class:`~admitgate.middleware.AdmitGate` (none: its defaults, a capacity learnt live)."""
+    """The demo Starlette app. ``gate``: ``"admitgate"`` or ``"none"`` (bench/slowapi_demo.py
+    serves it behind slowapi); ``gate_options`` go to
+    :class:`~admitgate.asgi.middleware.AdmitGate` (none: its defaults, a capacity learnt live)."""
     up = upstream or Upstream()
 
     async def work(request: Request) -> Response:
@@ -105,18 +106,16 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     routes: list[BaseRoute] = [Route("/work", work), Route("/health", health), Route("/stats", stats)]
     registry = gate_options.pop("metrics", None)
     if registry is not None:
-        from .metrics import metrics_app
+        from ..metrics import metrics_app
 
         routes.append(Route("/metrics", metrics_app(registry)))
-    if gate == "slowapi":
-        return _slowapi_app(routes, up)
     app = Starlette(routes=routes)
     if gate == "admitgate":
-        from .middleware import AdmitGate
+        from ..asgi.middleware import AdmitGate
 
         options: dict[str, Any] = {}
         if any(name.startswith("ADMITGATE_") for name in os.environ):
-            from .config import load
+            from ..config import load
 
             options.update(load())  # the deployment's file and ADMITGATE_* variables
         options.update(gate_options)
@@ -125,20 +124,4 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
         app.add_middleware(AdmitGate, **options)
     elif gate != "none":
         raise ValueError(f"unknown gate {gate!r}")
-    return app
-
-
-def _slowapi_app(routes: list[BaseRoute], up: Upstream) -> Starlette:
-    """The same app behind slowapi at a static limit equal to capacity (its pure-ASGI middleware)."""
-    from slowapi import Limiter, _rate_limit_exceeded_handler
-    from slowapi.errors import RateLimitExceeded
-    from slowapi.middleware import SlowAPIASGIMiddleware
-
-    limiter = Limiter(
-        key_func=lambda request: "all", default_limits=[f"{int(up.capacity)}/second"], headers_enabled=True
-    )
-    app = Starlette(routes=routes)
-    app.state.limiter = limiter
-    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
-    app.add_middleware(SlowAPIASGIMiddleware)
     return app

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backoff import backoff_delay
+from ..core.backoff import backoff_delay
+from .http1 import Http1Client
 
 
 @dataclass(slots=True)
@@ -43,77 +44,6 @@ class HerdResult:
     clients: int
     attempts: list[Attempt] = field(default_factory=list)
     finished: dict[int, float] = field(default_factory=dict)  # client -> time of its 2xx
-
-
-class _Http1:
-    """A lean HTTP/1.1 GET client on asyncio streams: the load generator must not be the bottleneck.
-
-    One connection, kept alive when ``keep_alive``; echoes the gate's retry cookie when
-    ``cookies``. Returns (status, Retry-After or None); status 0 on any transport error.
-    """
-
-    __slots__ = ("_cookie", "_reader", "_writer", "cookies", "host", "keep_alive", "port")
-
-    def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True) -> None:
-        self.host, self.port, self.keep_alive, self.cookies = host, port, keep_alive, cookies
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._cookie = b""
-
-    async def get(self, path: str, timeout: float = 30.0) -> tuple[int, int | None]:
-        try:
-            return await asyncio.wait_for(self._get(path), timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
-            self.close()
-            return 0, None
-
-    async def _get(self, path: str) -> tuple[int, int | None]:
-        reused = self._writer is not None
-        try:
-            return await self._exchange(path)
-        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
-            self.close()
-            if not reused:
-                raise ValueError("no response") from None
-            return await self._exchange(path)  # the server closed an idle keep-alive connection
-
-    async def _exchange(self, path: str) -> tuple[int, int | None]:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        reader, writer = self._reader, self._writer
-        assert reader is not None
-        head = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host.encode() + b"\r\n"
-        if self._cookie:
-            head += b"Cookie: " + self._cookie + b"\r\n"
-        if not self.keep_alive:
-            head += b"Connection: close\r\n"
-        writer.write(head + b"\r\n")
-        status = int((await reader.readline()).split(b" ", 2)[1])
-        length, retry_after, close = 0, None, not self.keep_alive
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"retry-after" and value.isdigit():
-                retry_after = int(value)
-            elif name == b"set-cookie" and self.cookies:
-                self._cookie = value.split(b";", 1)[0]
-            elif name == b"connection" and value.lower() == b"close":
-                close = True
-        if length:
-            await reader.readexactly(length)
-        if close:
-            self.close()
-        return status, retry_after
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
 
 
 async def run_herd(
@@ -148,12 +78,12 @@ async def run_herd(
     edges = list(itertools.accumulate(w / sum(weights) * clients for w in weights))
     home = [targets[min(bisect.bisect_right(edges, i), len(targets) - 1)] for i in range(clients)]
     host, port = targets[0]
-    pool = [_Http1(*home[i], keep_alive=recognisable, cookies=recognisable) for i in range(clients)]
+    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable) for i in range(clients)]
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
     release = time.monotonic() + warmup
     stop_at = release + deadline
 
-    async def one(index: int, client: _Http1) -> None:
+    async def one(index: int, client: Http1Client) -> None:
         attempt = 0
         while time.monotonic() < stop_at:
             sent = time.monotonic() - release
@@ -179,7 +109,7 @@ async def run_herd(
         async def fire() -> None:
             sent = time.monotonic() - release
             target = rng.choices(targets, weights)[0]
-            status, _ = await _Http1(*target, keep_alive=False, cookies=False).get(path)
+            status, _ = await Http1Client(*target, keep_alive=False, cookies=False).get(path)
             result.attempts.append(Attempt(-1, sent, time.monotonic() - release, status, None))
 
         while not until.is_set() and background_rate > 0 and time.monotonic() < stop_at:
@@ -192,7 +122,7 @@ async def run_herd(
 
     async def step(at: float, workers: int) -> None:
         await asyncio.sleep(max(0.0, release + at - time.monotonic()))
-        await _Http1(host, port, keep_alive=False).get(f"/stats?workers={workers}")
+        await Http1Client(host, port, keep_alive=False).get(f"/stats?workers={workers}")
 
     herd_done = asyncio.Event()
     bg = asyncio.ensure_future(background(herd_done))
@@ -220,7 +150,7 @@ def _percentile(values: list[float], q: float) -> float:
 def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
     """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H. ``ramp``: H(t) as
     ``(seconds after the release, H)`` points when capacity changes during the herd: the bound is then
-    the least T with ∫H dt = M (:func:`admitgate.planner.drain_time`), as ``bound_integral_s``.
+    the least T with ∫H dt = M (:func:`admitgate.planning.planner.drain_time`), as ``bound_integral_s``.
 
     Edge peak-to-average is taken over the seconds in which the herd is coming back: whole
     seconds from second 1 (after the release itself) up to, not including, the second of the
@@ -240,7 +170,7 @@ def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, f
     bound = result.clients / headroom
     integral = {}
     if ramp:
-        from .planner import drain_time
+        from ..planning.planner import drain_time
 
         least = drain_time(result.clients, ramp)
         integral = {"bound_integral_s": round(least, 3), "drain_ratio_integral": round(drain / least, 3)}

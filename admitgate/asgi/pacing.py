@@ -1,0 +1,87 @@
+"""The pacing hold: a request waits for its tokens (or a 429 in the tarpit) while the client is watched.
+
+A held request's first body message may be read to notice a client that gives up; the app then gets it
+replayed, so it sees the request as sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from ..core.clock import Clock
+from ..core.gate import Decision, Gate, Verdict
+from .types import Message, Receive, Scope
+
+#: How the hold sleeps: ``anyio.sleep``, or a virtual clock's sleep in tests (seconds).
+Sleep = Callable[[float], Awaitable[None]]
+
+#: A body up to this many bytes is read while its request is held (uvicorn's own buffer stops at 64 KiB).
+SMALL_BODY = 64 * 1024
+
+
+def small_body(scope: Scope) -> bool:
+    """Whether a request has no body, or one whose Content-Length is at most :data:`SMALL_BODY`."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return len(value) <= 6 and value.isdigit() and int(value) <= SMALL_BODY
+        if name == b"transfer-encoding":  # chunked: of unknown length
+            return False
+    return True
+
+
+async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope: Scope, receive: Receive
+               ) -> tuple[Decision | None, Receive]:  # fmt: skip
+    """Serve the gate's holds (sleeping on ``sleep``) until it says admit or reject; None if the client went away.
+
+    The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
+    the body stays with the server, whose flow control pushes back on the client. Only a request with
+    no body or a small one (:func:`small_body`) has its first message read, to notice a client that
+    gives up; the app gets that message replayed. A larger body is not touched: its first message
+    would cost as much memory again as the server's own buffer, a client leaving later goes unnoticed
+    either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
+    is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
+    """
+    first: Message | None = None
+    gone = False
+    watched = small_body(scope)
+
+    async def watch(holding: anyio.CancelScope) -> None:
+        nonlocal first, gone
+        if first is None:
+            first = await receive()
+        if first["type"] == "http.disconnect" or not first.get("more_body", False):
+            # the body is all in (or the client left): only a disconnect can come now
+            gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
+            holding.cancel()  # the client left: stop holding
+
+    current: Decision | None = decision
+    while current is not None and current.delay:
+        if current.verdict is Verdict.REJECT:
+            await sleep(current.delay)
+            current = gate.end_hold(current, clock())
+            continue
+        try:
+            async with anyio.create_task_group() as watching:
+                if watched:
+                    watching.start_soon(watch, watching.cancel_scope)
+                await sleep(current.delay)
+                watching.cancel_scope.cancel()
+        except BaseException:
+            gate.end_hold(current, clock(), gone=True)
+            raise
+        current = gate.end_hold(current, clock(), gone)
+    if first is None:
+        return current, receive
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        assert first is not None
+        return first
+
+    return current, replay

@@ -1,0 +1,21 @@
+"""The seam between the gate and a budget shared with other replicas: what the gate calls, and nothing more.
+
+The gate never imports a backend: :class:`~admitgate.backends.shared.RedisBudget` implements this protocol,
+attaches itself to a gate and sets the gate's pacer from its leases (:meth:`TokenPacer.set_grant`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Budget(Protocol):
+    """A shared budget, as the gate sees it on each refresh."""
+
+    #: This replica's own capacity estimate, requests/s, which the gate publishes to the fleet (None: not yet).
+    local_rate: float | None
+
+    def shed_rate(self, backlog: float) -> float | None:
+        """This replica's share of the fleet's shed rate H, requests/s, for a retry schedule ``backlog`` tokens
+        long now; None while the fleet's figures are unknown (the replica's own H applies then)."""
+        ...
