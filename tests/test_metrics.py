@@ -335,3 +335,17 @@ def test_metrics_module_uses_only_public_prometheus_client_api() -> None:
     imported = [(node.module, a.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                 for a in node.names if a.name.startswith("_") or "._" in (node.module or "")]  # fmt: skip
     assert private == [] and imported == []
+
+
+@pytest.mark.anyio
+async def test_a_typed_in_rate_exports_latency_in_flight_and_responses(clock: ManualClock) -> None:
+    from tests.test_middleware import call, http_scope
+
+    registry = CollectorRegistry()
+    gate = AdmitGate(ok_app, rate=10, clock=clock, metrics=registry, settings=Settings(burst=2, max_pacing_delay=0))
+    statuses = [(await call(gate, http_scope("/a")))[0] for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    got = samples(registry)
+    assert got[f"{m.REQUEST_LATENCY}_count", ()] == 2  # the two admitted, as with a live rate
+    assert got[m.INFLIGHT, ()] == 0
+    assert got[f"{m.OUTCOMES}_total", (("outcome", "ok"),)] == 2

@@ -30,6 +30,7 @@ from ..core.priority import Priority, Rule
 from ..core.schedule import SLOT_GRACE
 from ..core.settings import Settings
 from ..limit.headroom import Headroom
+from ..limit.probes import Probes
 from ..metrics import (
     ABANDONED,
     AFTER_PACING,
@@ -143,6 +144,8 @@ class AdmitGate:
         self._take = self.gate.pacer.try_take
         self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
+        if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
+            self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
         self._probes = self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
