@@ -1,0 +1,314 @@
+"""Tenants: a fair share of the capacity for each, and a retry schedule of its own.
+
+Without a tenant key the gate is one pool, first come first served. With one (:class:`Tenancy`), every
+established tenant has a pool: a :class:`~admitgate.gate.Gate` of its own (token pacer, retry schedule,
+pacing and tarpit), whose rate the :class:`Tenants` table sets. Every ``interval`` seconds the table
+measures what each pool asked for (requests/s, rejected retries included) and divides the capacity
+among them by weighted max-min water-filling (:func:`~admitgate.fair.fair_shares`): a tenant asking
+for less than its share gets what it asks, the rest is divided among the others by weight, and a lone
+tenant gets all of it. Critical requests are charged to the capacity first (never shed), and only what
+they leave is divided.
+
+A rejected client's Retry-After comes from its own pool: its place in its tenant's schedule, told at
+the tenant's *entitlement* (its weighted share of the capacity among the tenants asking, which its
+share reaches as soon as its demand is measured). A tenant whose thousand clients stampede is spread
+over its own window; the tenant beside it that sent ten is not pushed back.
+
+State is bounded. A key becomes a tenant with a pool once it has sent ``establish`` requests within
+``window`` seconds and fewer than ``max_tenants`` pools exist; until then it shares one *newcomers*
+pool, which competes as one tenant. A flood of a million new keys therefore takes one share, not the
+established tenants' shares, and the keys it counts live in a bounded store (evicted oldest first).
+Pools idle for ``idle`` seconds expire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, function, integer, number
+from .fair import fair_shares
+from .gate import Decision, Gate, Identify, Verdict
+from .identity import client_address, header_key
+from .keystore import BoundedExpiringMap
+from .routing import Priority
+from .settings import MIN_RATE
+
+Scope = Any  # an ASGI scope
+TenantFunc = Callable[[Scope], "str | None"]
+
+#: The pool of keys not established yet (and of requests with no tenant key). Not a string: no key collides.
+NEWCOMERS = ("newcomers",)
+#: Tenant names longer than this (characters) are known by a digest of them.
+MAX_NAME = 128
+#: A pool's share is at least its demand times this (plus one request/s): room for demand to grow between
+#: two reallocations without waiting for the next one.
+SLACK = 1.25
+#: A pool's measured demand falls by at most this factor per interval (it rises at once).
+DECAY = 0.5
+#: A weight is a number in (0, MAX_WEIGHT].
+MAX_WEIGHT = 1e6
+#: Critical traffic never leaves less than this share of the capacity to divide among tenants.
+MIN_SHARE = 0.05
+
+
+def _name(value: str) -> str:
+    return value if len(value) <= MAX_NAME else "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+
+
+def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> TenantFunc:
+    """``"header:<name>"`` (the header's value), ``"address"`` (the client address, behind ``trusted_hops``
+    proxies) or a function ``scope -> tenant name or None``. A request with no tenant name is a newcomer."""
+    if callable(spec):
+        return function("tenant", spec, {}, kind="a function scope -> tenant name")  # type: ignore[return-value]
+    if spec == "address":
+
+        def address(scope: Scope) -> str | None:
+            found = client_address(scope, trusted_hops, forwarded)
+            return None if found is None else _name(found)
+
+        return address
+    if isinstance(spec, str) and spec.startswith("header:"):
+        header_key(spec[len("header:") :])  # validates the header name
+        raw = spec[len("header:") :].strip().lower().encode("ascii")
+
+        def header(scope: Scope) -> str | None:
+            value = b", ".join(v for k, v in scope.get("headers") or () if k == raw)
+            return _name(value.decode("latin-1")) if value else None
+
+        return header
+    raise ConfigError("key", "must be 'address', 'header:<name>' or a function scope -> tenant name", spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """Who the tenants are and how the capacity is divided among them. Times in seconds.
+
+    ``key``: ``"header:<name>"`` (such as an API key), ``"address"`` or a function ``scope -> name``.
+    ``weights``: tenant name or class name -> weight (default 1). ``classify``: a function ``name -> class
+    name`` (or None) whose class's weight applies when the name itself has none. ``max_tenants``: most pools
+    at once. ``establish``: requests within ``window`` that make a key a tenant (until then it is a
+    newcomer). ``newcomer_weight``: the weight of the newcomers' pool. ``interval``: how often the shares
+    are recomputed. ``idle``: a pool that asks nothing for this long expires.
+
+        Tenancy(key="header:x-api-key", weights={"premium": 3}, classify=lambda name: plans.get(name))
+    """
+
+    key: str | TenantFunc = "header:x-api-key"
+    weights: Mapping[str, float] = field(default_factory=dict)
+    classify: Callable[[str], str | None] | None = None
+    max_tenants: int = 10_000
+    establish: int = 3
+    window: float = 5.0
+    newcomer_weight: float = 1.0
+    interval: float = 0.5
+    idle: float = 30.0
+
+    def __post_init__(self) -> None:
+        tenant_key(self.key)
+        if not isinstance(self.weights, Mapping):
+            raise ConfigError("weights", "must be a mapping of tenant or class name -> weight", self.weights)
+        for name, weight in self.weights.items():
+            if not isinstance(name, str):
+                raise ConfigError("weights", "names must be strings", name)
+            number(f"weights[{name!r}]", weight, 0.0, MAX_WEIGHT, above=True)
+        object.__setattr__(self, "weights", dict(self.weights))
+        if self.classify is not None:
+            function("classify", self.classify, "", kind="a function tenant name -> class name")
+        integer("max_tenants", self.max_tenants, 1, 10_000_000)
+        integer("establish", self.establish, 1, 1_000_000)
+        number("window", self.window, 0.0, 3600.0, above=True, unit="seconds")
+        number("newcomer_weight", self.newcomer_weight, 0.0, MAX_WEIGHT, above=True)
+        number("interval", self.interval, 0.0, 60.0, above=True, unit="seconds")
+        number("idle", self.idle, 0.0, 86_400.0, above=True, unit="seconds")
+
+    def weight(self, name: str) -> float:
+        """The weight of tenant ``name``: its own, else its class's, else 1."""
+        weight = self.weights.get(name)
+        if weight is None and self.classify is not None:
+            try:
+                kind = self.classify(name)
+            except Exception:  # a user function must not fail a request: the tenant weighs 1
+                kind = None
+            weight = self.weights.get(kind) if isinstance(kind, str) else None
+        return 1.0 if weight is None else weight
+
+
+class Share:
+    """A pool's rate source (a :class:`~admitgate.headroom.Headroom` its gate reads): the rate its pacer
+    refills at (requests/s), and the ``capacity`` its Retry-After is told at (its entitlement)."""
+
+    __slots__ = ("capacity", "growth", "value")
+
+    def __init__(self, value: float, capacity: float, growth: float) -> None:
+        self.value, self.capacity, self.growth = value, capacity, growth
+
+    def rate(self, now: float) -> float:
+        return self.value
+
+
+class Pool:
+    """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
+
+    __slots__ = ("asked", "demand", "gate", "name", "rejected", "share", "weight")
+
+    def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
+        self.name, self.weight, self.gate, self.share = name, weight, gate, share
+        self.asked = 0.0  #: cost asked since the last reallocation, tokens
+        self.demand = 0.0  #: requests/s asked, as of the last reallocation
+        self.rejected = 0  #: rejections so far
+
+    def set_share(self, rate: float, entitlement: float, burst: float, now: float) -> None:
+        share = self.share
+        share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, MIN_RATE)
+        if burst != self.gate.pacer.burst:
+            self.gate.pacer.set_burst(burst, now)
+        self.gate.next_refresh = now  # the next decision reads the new rate
+
+
+class Tenants:
+    """The table of pools behind one :class:`~admitgate.gate.Gate` (the *root*, whose rate is the capacity μ).
+
+    ``tenancy``: the settings; ``trusted_hops``, ``forwarded``: how ``"address"`` finds the client (from
+    :class:`~admitgate.identity.Identity`). :meth:`admit` decides a request like :meth:`Gate.admit`, in its
+    tenant's pool; the root's :meth:`Gate.end_hold` ends the holds it returns.
+    """
+
+    def __init__(self, tenancy: Tenancy, root: Gate, *, trusted_hops: int = 0, forwarded: str = "x-forwarded-for",
+                 now: float = 0.0) -> None:  # fmt: skip
+        if not isinstance(tenancy, Tenancy):
+            raise ConfigError("tenants", "must be an admitgate.Tenancy", tenancy)
+        self.tenancy = tenancy
+        self.root = root
+        self._key = tenant_key(tenancy.key, trusted_hops, forwarded)
+        self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
+        self._candidates: BoundedExpiringMap[list[int]] = BoundedExpiringMap(tenancy.max_tenants)
+        self._settings = dataclasses.replace(root.settings, burst=None)
+        self._active_weight = 0.0  # the weight of the pools that asked in the last interval
+        self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
+        self._critical = root.stats.critical
+        self._last = now
+        self.next_rebalance = now + tenancy.interval
+        self.newcomers = self._pool(NEWCOMERS, tenancy.newcomer_weight, now)
+
+    # -- decisions ------------------------------------------------------------------------
+    def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
+        """Decide one request in its tenant's pool (critical ones on the root: never shed, charged first)."""
+        root = self.root
+        if now >= root.next_refresh:
+            root.refresh(now)
+        if priority.critical:
+            return root.admit(cost, priority, now, identify)
+        if now >= self.next_rebalance:
+            self.rebalance(now)
+        pool = self.pool_of(self.name(scope), now)
+        if not pool.asked and not pool.demand:  # idle until now: its entitlement at once, not at the next reallocation
+            entitlement = self._entitlement(pool.weight, self._active_weight + pool.weight)
+            pool.set_share(entitlement, entitlement, self._burst(entitlement), now)
+            self._active_weight += pool.weight
+        pool.asked += cost
+        decision = pool.gate.admit(cost, priority, now, identify)
+        if decision.verdict is Verdict.REJECT:
+            pool.rejected += 1
+        return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
+
+    def name(self, scope: Scope) -> str | None:
+        """The request's tenant name, or None (a newcomer). Never raises."""
+        try:
+            found = self._key(scope)
+        except Exception:  # a user function or a mangled scope must not fail the request
+            return None
+        return _name(found) if isinstance(found, str) else None
+
+    def pool_of(self, name: str | None, now: float) -> Pool:
+        """``name``'s pool, established on its ``establish``-th request within ``window``; else the newcomers'."""
+        if name is None:
+            return self.newcomers
+        pool = self._pools.get(name, now)
+        if pool is not None:
+            return pool
+        tenancy = self.tenancy
+        count = self._candidates.get(name, now)
+        if count is None:
+            count = [0]
+            self._candidates.put(name, count, now + tenancy.window, now)
+        count[0] += 1
+        if count[0] < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
+            return self.newcomers
+        self._candidates.pop(name, now)
+        pool = self._pool(name, tenancy.weight(name), now)
+        self._pools.put(name, pool, now + tenancy.idle, now)
+        return pool
+
+    def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
+        entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
+        share = Share(entitlement, entitlement, self.root.growth)
+        gate = Gate(share, self._settings, now=now)
+        pool = Pool(name, weight, gate, share)
+        pool.set_share(entitlement, entitlement, self._burst(entitlement), now)
+        return pool
+
+    # -- shares ---------------------------------------------------------------------------
+    def _entitlement(self, weight: float, total: float) -> float:
+        return self._available * weight / total if total > 0 else self._available
+
+    def _burst(self, rate: float) -> float:
+        """A pool's bucket: its part of the root's burst, at least one token."""
+        return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
+
+    def pools(self, now: float) -> list[Pool]:
+        """Every live pool, the newcomers' last."""
+        return [*self._pools.values(now), self.newcomers]
+
+    def rebalance(self, now: float) -> None:
+        """Measure each pool's demand and divide the capacity among them by weighted max-min water-filling.
+
+        A pool is given ``min(demand × SLACK + 1, its weighted share of what is left)``; when the pools
+        together ask for less than the capacity, what is left is divided among the asking pools by weight
+        (so the sum of the rates is the capacity, never more). Idle pools keep a rate of ``MIN_RATE`` until
+        they ask again.
+        """
+        root, tenancy = self.root, self.tenancy
+        elapsed = max(now - self._last, 1e-9)
+        self._last, self.next_rebalance = now, now + tenancy.interval
+        mu = root.pacer.rate
+        critical = (root.stats.critical - self._critical) / elapsed
+        self._critical = root.stats.critical
+        available = self._available = max(mu - critical, mu * MIN_SHARE)
+        pools = self.pools(now)
+        demands: dict[int, float] = {}
+        weights: dict[int, float] = {}
+        for index, pool in enumerate(pools):
+            asked = pool.asked / elapsed
+            pool.demand = asked if asked >= pool.demand * DECAY else pool.demand * DECAY
+            if pool.asked and pool.name is not NEWCOMERS:
+                self._pools.put(pool.name, pool, now + tenancy.idle, now)
+            pool.asked = 0.0
+            if pool.demand > MIN_RATE:
+                demands[index] = pool.demand * SLACK + 1.0
+                weights[index] = pool.weight
+        shares = fair_shares(available, demands, weights)
+        total = sum(weights.values())
+        self._active_weight = total
+        left = max(0.0, available - math.fsum(shares.values()))
+        for index, pool in enumerate(pools):
+            if index in shares:
+                rate = shares[index] + left * pool.weight / total
+                pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
+            else:
+                pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
+
+    def top(self, k: int, now: float) -> list[tuple[str, int]]:
+        """The ``k`` tenants with the most rejections (name, count), the newcomers' pool as ``"newcomers"``."""
+        ranked = sorted(self.pools(now), key=lambda pool: pool.rejected, reverse=True)[:k]
+        return [("newcomers" if p.name is NEWCOMERS else str(p.name), p.rejected) for p in ranked if p.rejected]
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    def __repr__(self) -> str:
+        return f"Tenants({len(self._pools)} pools, {self._available:g}/s to share)"
