@@ -35,6 +35,7 @@ from .fair import fair_shares
 from .gate import Decision, Gate, Identify, Verdict
 from .identity import client_address, header_key
 from .keystore import BoundedExpiringMap
+from .pacer import TokenPacer
 from .routing import Priority
 from .settings import MIN_RATE
 
@@ -45,11 +46,14 @@ TenantFunc = Callable[[Scope], "str | None"]
 NEWCOMERS = ("newcomers",)
 #: Tenant names longer than this (characters) are known by a digest of them.
 MAX_NAME = 128
-#: A pool's share is at least its demand times this (plus one request/s): room for demand to grow between
-#: two reallocations without waiting for the next one.
+#: A pool given what it asks may admit up to its demand times this (plus one request/s) until the next
+#: reallocation: room for its demand to grow (and for random arrivals above their mean).
 SLACK = 1.25
-#: A pool's measured demand falls by at most this factor per interval (it rises at once).
-DECAY = 0.5
+#: A pool's measured demand moves this fraction of the way to each interval's count (an exponential average:
+#: a rate moved by noise would move its pacer's queued reservations, and cut the last of them short)...
+SMOOTHING = 0.3
+#: ... unless the count is this many times the average: a surge is believed at once.
+SURGE = 1.5
 #: A weight is a number in (0, MAX_WEIGHT].
 MAX_WEIGHT = 1e6
 #: Critical traffic never leaves less than this share of the capacity to divide among tenants.
@@ -189,6 +193,7 @@ class Tenants:
         self._candidates: BoundedExpiringMap[list[int]] = BoundedExpiringMap(tenancy.max_tenants)
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
+        self._assigned = 0.0  # the sum of the pools' rates, requests/s
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
         self._critical = root.stats.critical
         self._last = now
@@ -206,15 +211,24 @@ class Tenants:
         if now >= self.next_rebalance:
             self.rebalance(now)
         pool = self.pool_of(self.name(scope), now)
-        if not pool.asked and not pool.demand:  # idle until now: its entitlement at once, not at the next reallocation
-            entitlement = self._entitlement(pool.weight, self._active_weight + pool.weight)
-            pool.set_share(entitlement, entitlement, self._burst(entitlement), now)
-            self._active_weight += pool.weight
+        if not pool.asked and not pool.demand:
+            self._activate(pool, now)
         pool.asked += cost
         decision = pool.gate.admit(cost, priority, now, identify)
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
+
+    def _activate(self, pool: Pool, now: float) -> None:
+        """A pool idle until now asks: what the others leave unused, up to its entitlement, until the next
+        reallocation (the others' rates stand until then, and the sum of the rates stays within the capacity).
+        Its clients are told Retry-After at its entitlement, which its share reaches at the next reallocation.
+        """
+        self._active_weight += pool.weight
+        entitlement = self._entitlement(pool.weight, self._active_weight)
+        rate = min(entitlement, max(0.0, self._available - self._assigned))
+        self._assigned += rate
+        pool.set_share(rate, entitlement, self._burst(rate), now)
 
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
@@ -244,13 +258,16 @@ class Tenants:
         self._pools.put(name, pool, now + tenancy.idle, now)
         return pool
 
+    def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
+        """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
+        name = self.name(scope)
+        pool = (None if name is None else self._pools.get(name, now)) or self.newcomers
+        return pool.gate.pacer, pool.share.capacity
+
     def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
         share = Share(entitlement, entitlement, self.root.growth)
-        gate = Gate(share, self._settings, now=now)
-        pool = Pool(name, weight, gate, share)
-        pool.set_share(entitlement, entitlement, self._burst(entitlement), now)
-        return pool
+        return Pool(name, weight, Gate(share, self._settings, now=now), share)
 
     # -- shares ---------------------------------------------------------------------------
     def _entitlement(self, weight: float, total: float) -> float:
@@ -267,10 +284,12 @@ class Tenants:
     def rebalance(self, now: float) -> None:
         """Measure each pool's demand and divide the capacity among them by weighted max-min water-filling.
 
-        A pool is given ``min(demand × SLACK + 1, its weighted share of what is left)``; when the pools
-        together ask for less than the capacity, what is left is divided among the asking pools by weight
-        (so the sum of the rates is the capacity, never more). Idle pools keep a rate of ``MIN_RATE`` until
-        they ask again.
+        Each asking pool is given its fair share of the measured demands, and what they leave (when they
+        ask for less than the capacity) is divided among them by weight: these rates sum to the capacity.
+        A pool given what it asks is given room to grow, up to ``demand × SLACK + 1`` but never beyond the
+        rate per weight the most favoured pool gets, so its share does not wait for the next interval to
+        grow; that room is not taken from the others (their floors stand), and what it admits in it is
+        counted in its demand at the next interval. Idle pools keep a rate of ``MIN_RATE`` until they ask.
         """
         root, tenancy = self.root, self.tenancy
         elapsed = max(now - self._last, 1e-9)
@@ -284,20 +303,25 @@ class Tenants:
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
             asked = pool.asked / elapsed
-            pool.demand = asked if asked >= pool.demand * DECAY else pool.demand * DECAY
+            pool.demand = asked if asked > pool.demand * SURGE else pool.demand + SMOOTHING * (asked - pool.demand)
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0
             if pool.demand > MIN_RATE:
-                demands[index] = pool.demand * SLACK + 1.0
+                demands[index] = pool.demand
                 weights[index] = pool.weight
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total
         left = max(0.0, available - math.fsum(shares.values()))
+        for index in shares:
+            shares[index] += left * weights[index] / total
+        level = max((share / weights[index] for index, share in shares.items()), default=0.0)
+        self._assigned = 0.0
         for index, pool in enumerate(pools):
             if index in shares:
-                rate = shares[index] + left * pool.weight / total
+                rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
+                self._assigned += rate
                 pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
             else:
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)

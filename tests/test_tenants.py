@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import ConfigError, Settings
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
+from admitgate.config import load
 from admitgate.fair import fair_shares
 from admitgate.gate import Decision, Gate, Verdict
 from admitgate.routing import DEFAULT_CLASSES
 from admitgate.tenants import NEWCOMERS, Tenancy, Tenants
+from tests.test_middleware import call, http_scope
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
@@ -233,3 +235,45 @@ def test_under_overload_no_tenant_is_below_its_floor_and_the_sum_stays_within_th
     floors = fair_shares(100.0, dict(zip(names, demands, strict=True)), weight)
     for name in names:
         assert run.rate(name, 8, 20) >= 0.9 * floors[name] - 1
+
+
+# -- the middleware and the configuration ---------------------------------------------------------
+def _app(clock: ManualClock, sleep, tenants: Tenancy | None) -> AdmitGate:
+    async def ok(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return AdmitGate(ok, rate=10, tenants=tenants, clock=clock, sleep=sleep, wall_clock=lambda: 1e9,
+                     settings=Settings(max_pacing_delay=0, tarpit=0), headers=HeaderPolicy(on_admit=True))  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_through_the_middleware_one_tenant_emptying_its_bucket_leaves_the_others_theirs(clock, sleep) -> None:
+    app = _app(clock, sleep, Tenancy(key="header:x-api-key", establish=1))
+    statuses = [(await call(app, http_scope(headers=[(b"x-api-key", b"greedy")])))[0] for _ in range(20)]
+    assert statuses[0] == 200 and statuses.count(429) == 19
+    status, headers, _ = await call(app, http_scope(headers=[(b"x-api-key", b"modest")]))
+    assert status == 200 and headers["ratelimit-policy"] == '"admitgate";q=5;w=1'  # its entitlement: half of 10/s
+    single = _app(clock, sleep, None)  # the same without tenants: one bucket, first come first served
+    for _ in range(20):
+        await call(single, http_scope(headers=[(b"x-api-key", b"greedy")]))
+    assert (await call(single, http_scope(headers=[(b"x-api-key", b"modest")])))[0] == 429
+
+
+def test_a_bad_tenancy_fails_the_middleware_naming_it() -> None:
+    with pytest.raises(ConfigError, match="tenants"):
+        AdmitGate(lambda s, r, c: None, rate=10, tenants={"key": "address"})  # type: ignore[arg-type]
+
+
+def test_tenants_from_the_file_and_the_environment(tmp_path) -> None:
+    path = tmp_path / "a.toml"
+    path.write_text('[tenants]\nkey = "address"\nweights = { premium = 3 }\nmax_tenants = 500\n')
+    tenancy = load(path, env={"ADMITGATE_TENANTS_ESTABLISH": "5"})["tenants"]
+    assert tenancy == Tenancy(key="address", weights={"premium": 3.0}, max_tenants=500, establish=5)
+    env = {"ADMITGATE_TENANTS_KEY": "header:x-api-key", "ADMITGATE_TENANTS_WEIGHTS": '{"gold": 2}'}
+    assert load(env=env)["tenants"] == Tenancy(key="header:x-api-key", weights={"gold": 2})
+    path.write_text("[tenants]\nweights = { premium = 0 }\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.field == "tenants.weights['premium']"
