@@ -23,6 +23,7 @@ from .middleware import AdmitGate
 from .routing import Priority
 from .settings import Settings
 from .shared import RedisBudget
+from .tenants import Tenancy
 
 try:
     __version__ = version("admitgate")
@@ -43,6 +44,7 @@ __all__ = [
     "RedisBudget",
     "Settings",
     "Static",
+    "Tenancy",
     "__version__",
     "load",
     "metrics_app",
