@@ -52,8 +52,12 @@ SLACK = 1.25
 #: A pool's measured demand moves this fraction of the way to each interval's count (an exponential average:
 #: a rate moved by noise would move its pacer's queued reservations, and cut the last of them short)...
 SMOOTHING = 0.3
-#: ... unless the count is this many times the average: a surge is believed at once.
+#: ... unless the count is this many times the average, or this many times less: a surge (or a burst that is
+#: over) is believed at once.
 SURGE = 1.5
+#: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
+#: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
+EARLY = 0.1
 #: A weight is a number in (0, MAX_WEIGHT].
 MAX_WEIGHT = 1e6
 #: Critical traffic never leaves less than this share of the capacity to divide among tenants.
@@ -221,14 +225,17 @@ class Tenants:
 
     def _activate(self, pool: Pool, now: float) -> None:
         """A pool idle until now asks: what the others leave unused, up to its entitlement, until the next
-        reallocation (the others' rates stand until then, and the sum of the rates stays within the capacity).
-        Its clients are told Retry-After at its entitlement, which its share reaches at the next reallocation.
+        reallocation (the others' rates stand until then, and the sum of the rates stays within the capacity),
+        which comes within ``EARLY × interval`` if that is less than its entitlement. Its clients are told
+        Retry-After at its entitlement, which its share reaches then.
         """
         self._active_weight += pool.weight
         entitlement = self._entitlement(pool.weight, self._active_weight)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
         pool.set_share(rate, entitlement, self._burst(rate), now)
+        if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
+            self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
 
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
@@ -303,7 +310,8 @@ class Tenants:
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
             asked = pool.asked / elapsed
-            pool.demand = asked if asked > pool.demand * SURGE else pool.demand + SMOOTHING * (asked - pool.demand)
+            steady = pool.demand / SURGE <= asked <= pool.demand * SURGE
+            pool.demand = pool.demand + SMOOTHING * (asked - pool.demand) if steady else asked
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0

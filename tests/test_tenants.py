@@ -277,3 +277,14 @@ def test_tenants_from_the_file_and_the_environment(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
         load(path, env={})
     assert info.value.field == "tenants.weights['premium']"
+
+
+def test_a_new_tenant_whose_share_is_held_by_others_gets_it_within_a_tenth_of_the_interval() -> None:
+    tenants = table()
+    now = 0.0
+    for k in range(3):  # two newcomers' requests (the newcomers' pool takes all the capacity), then its pool
+        now = k * 0.001
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("late"))
+    assert tenants.next_rebalance <= now + 0.5 * 0.1
+    run = Run(tenants).send("late", now, 5, 200).go()
+    assert run.rate("late", 1, 5) >= 97
