@@ -3,8 +3,9 @@
 Without a tenant key the gate is one pool, first come first served. With one (:class:`Tenancy`), every
 established tenant has a pool: a :class:`~admitgate.gate.Gate` of its own (token pacer, retry schedule,
 pacing and tarpit), whose rate the :class:`Tenants` table sets. Every ``interval`` seconds the table
-measures what each pool asked for (requests/s, rejected retries included) and divides the capacity
-among them by weighted max-min water-filling (:func:`~admitgate.fair.fair_shares`): a tenant asking
+measures what each pool asked for (requests/s, rejected retries included, except those of clients back
+before the time they were told: they ignore Retry-After, and what they ask is not demand to serve) and
+divides the capacity among them by weighted max-min water-filling (:func:`~admitgate.fair.fair_shares`): a tenant asking
 for less than its share gets what it asks, the rest is divided among the others by weight, and a lone
 tenant gets all of it. Critical requests are charged to the capacity first (never shed), and only what
 they leave is divided.
@@ -162,13 +163,14 @@ class Share:
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "demand", "gate", "name", "rejected", "share", "weight")
+    __slots__ = ("asked", "awake", "demand", "gate", "name", "rejected", "share", "weight")
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
         self.asked = 0.0  #: cost asked since the last reallocation, tokens
         self.demand = 0.0  #: requests/s asked, as of the last reallocation
         self.rejected = 0  #: rejections so far
+        self.awake = False  #: it has asked since it was last idle at a reallocation
 
     def set_share(self, rate: float, entitlement: float, burst: float, now: float) -> None:
         share = self.share
@@ -215,10 +217,13 @@ class Tenants:
         if now >= self.next_rebalance:
             self.rebalance(now)
         pool = self.pool_of(self.name(scope), now)
-        if not pool.asked and not pool.demand:
+        if not pool.awake:
             self._activate(pool, now)
-        pool.asked += cost
+        stats = pool.gate.stats
+        early = stats.early
         decision = pool.gate.admit(cost, priority, now, identify)
+        if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
+            pool.asked += cost
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
@@ -229,6 +234,7 @@ class Tenants:
         which comes within ``EARLY × interval`` if that is less than its entitlement. Its clients are told
         Retry-After at its entitlement, which its share reaches then.
         """
+        pool.awake = True
         self._active_weight += pool.weight
         entitlement = self._entitlement(pool.weight, self._active_weight)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
@@ -332,6 +338,7 @@ class Tenants:
                 self._assigned += rate
                 pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
             else:
+                pool.awake = False
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
 
     def top(self, k: int, now: float) -> list[tuple[str, int]]:
