@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .asgi.headers import HeaderPolicy
     from .asgi.identity import Identity
     from .asgi.middleware import AdmitGate
+    from .asgi.tenants import Tenancy
     from .backends.shared import RedisBudget
     from .config import load
     from .core.clock import ManualClock
@@ -50,6 +51,7 @@ _HOMES = {
     "RedisBudget": "backends.shared",
     "Settings": "core.settings",
     "Static": "limit.estimators",
+    "Tenancy": "asgi.tenants",
     "load": "config",
     "metrics_app": "metrics",
 }
@@ -83,6 +85,7 @@ __all__ = [
     "RedisBudget",
     "Settings",
     "Static",
+    "Tenancy",
     "__version__",
     "load",
     "metrics_app",

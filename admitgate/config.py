@@ -21,11 +21,15 @@ The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGa
     estimator = "bdp"
     [backend]                   # url, and admitgate.RedisBudget's options
     url = "redis://redis:6379/0"
+    [tenants]                   # admitgate.Tenancy: key, weights, max_tenants, establish, ...
+    key = "header:x-api-key"
+    weights = { premium = 3 }
 
 Every key has a variable: ``ADMITGATE_<KEY>`` for the gate, settings and identity keys
 (``ADMITGATE_BURST``, ``ADMITGATE_TICKET``), ``ADMITGATE_HEADERS_<KEY>``, ``ADMITGATE_BACKEND`` (the URL)
 and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_HEADROOM_<KEY>``,
-``ADMITGATE_<ESTIMATOR>_<PARAM>``; ``ADMITGATE_ROUTES`` and ``ADMITGATE_CLASSES`` hold JSON objects.
+``ADMITGATE_<ESTIMATOR>_<PARAM>``, ``ADMITGATE_TENANTS_<KEY>``; ``ADMITGATE_ROUTES``, ``ADMITGATE_CLASSES`` and
+``ADMITGATE_TENANTS_WEIGHTS`` hold JSON objects.
 Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/health,/ready``), booleans
 ``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
 names no setting is ignored with one warning. Every error is a :class:`~admitgate.core.errors.ConfigError`
@@ -62,6 +66,7 @@ else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
 from .asgi.headers import HeaderPolicy
 from .asgi.identity import Identity
 from .asgi.routing import Router
+from .asgi.tenants import Tenancy
 from .core.errors import ConfigError
 from .core.priority import Priority
 from .core.settings import Settings
@@ -76,7 +81,7 @@ HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_sampl
                  "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
-SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend")
+SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend", "tenants")
 #: Keys that moved out of ``[gate]``, and where to.
 _MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
 _TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
@@ -221,6 +226,7 @@ def _schema() -> dict[str, dict[str, Convert]]:
         "identity": {**_kinds(Identity), "key": _key, "ticket": _secret},
         "headers": _kinds(HeaderPolicy),
         "backend": {"url": _text, **_kinds(RedisBudget, skip=("client",))},
+        "tenants": {**_kinds(Tenancy, skip=("weights",)), "weights": _table},
     }  # fmt: skip
 
 
@@ -234,7 +240,8 @@ def _variable(var: str, flat: dict[str, tuple[str, str]]) -> tuple[str, str] | N
         return name, ""
     if name == "estimator":
         return "headroom", "estimator"
-    for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("headroom_", "headroom")):
+    for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("headroom_", "headroom"),
+                            ("tenants_", "tenants")):  # fmt: skip
         if name.startswith(prefix) and name[len(prefix) :]:
             return section, name[len(prefix) :]
     estimator, _, param = name.partition("_")
@@ -321,7 +328,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
             values[section][key] = raw
             names[section, key] = var
     out: dict[str, Any] = {}
-    for section in ("gate", "settings", "identity", "headers", "backend"):
+    for section in ("gate", "settings", "identity", "headers", "backend", "tenants"):
         for key, value in values[section].items():
             convert = schema[section].get(key)
             if convert is None:
@@ -330,7 +337,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
             values[section][key] = _convert(convert, value, from_env, names[section, key])
     gate = values["gate"]
     out.update({k: v for k, v in gate.items() if not (k == "metrics" and v is None)})
-    for section, kind in (("settings", Settings), ("identity", Identity), ("headers", HeaderPolicy)):
+    built = (("settings", Settings), ("identity", Identity), ("headers", HeaderPolicy), ("tenants", Tenancy))
+    for section, kind in built:
         if values[section]:
             out[section] = _build(kind, values[section], section, names)
     if values["classes"]:

@@ -48,6 +48,7 @@ from .identity import Identity, Recogniser
 from .pacing import hold
 from .routing import Router
 from .startup import built_by_starlette, fail_startup
+from .tenants import Tenancy, Tenants
 from .ticket import RetryTicket
 from .types import ASGIApp, Message, Receive, Scope, Send
 from .workers import Server, detect, worker_secret
@@ -76,6 +77,8 @@ class AdmitGate:
     process only), a Redis URL or a :class:`~admitgate.backends.shared.RedisBudget`: then ``rate`` is the whole
     fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
     admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
+    ``tenants``: who the tenants are (:class:`~admitgate.asgi.tenants.Tenancy`): each gets its weighted fair share
+    of the capacity and a retry schedule of its own (None: one pool for all, the default).
     ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
     :class:`~admitgate.core.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
@@ -99,6 +102,7 @@ class AdmitGate:
         metrics: CollectorRegistry | None = None,
         backend: str | RedisBudget | None = None,
         workers: int | None = None,
+        tenants: Tenancy | None = None,
         gate_websockets: bool = False,
         gate: Gate | None = None,
         clock: Clock = time.monotonic,
@@ -123,6 +127,8 @@ class AdmitGate:
             labels_from = app if metrics is not None else None
             self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
             self.router.check_burst(self.gate.pacer.burst)
+            self.tenants = None if tenants is None else Tenants(tenants, self.gate, trusted_hops=identity.trusted_hops,
+                                                               forwarded=identity.forwarded, now=now)  # fmt: skip
         except ConfigError as error:
             if not built_by_starlette():
                 raise
@@ -141,7 +147,7 @@ class AdmitGate:
         self._cors = AppCors(self.headers.exposed)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
-        self._take = self.gate.pacer.try_take
+        self._take = self.gate.pacer.try_take if self.tenants is None else _never  # tenants: no shared bucket
         self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
@@ -187,7 +193,10 @@ class AdmitGate:
                 self._sync.start()
             if self.backend is not None:
                 self.backend.start()
-            decision = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
+            identify = lambda: self.identify(scope, now)  # noqa: E731
+            tenants = self.tenants
+            decision = gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
+                tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
             outcome = AT_ONCE
             if decision.delay:
                 paced = decision.verdict is Verdict.PACE
@@ -294,10 +303,12 @@ class AdmitGate:
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
                 now = clock()
-                tokens = gate.pacer.tokens(now)
+                pacer, rate = (gate.pacer, gate.pacer.rate) if self.tenants is None else \
+                    self.tenants.limit_of(scope, now)  # fmt: skip
+                tokens = pacer.tokens(now)
                 remaining = max(0, int(tokens))
-                reset = None if remaining else max(1, math.ceil(gate.pacer.wait_time(1.0, now)))
-                fields = policy.limit_fields(gate.pacer.rate, remaining, reset)
+                reset = None if remaining else max(1, math.ceil(pacer.wait_time(1.0, now)))
+                fields = policy.limit_fields(rate, remaining, reset)
                 message["headers"] = merge_expose([*message.get("headers", ()), *fields], policy.exposed)
             await send(message)
 
@@ -308,9 +319,11 @@ class AdmitGate:
         if rule.exempt:
             await self.app(scope, receive, send)
             return
-        gate = self.gate
+        gate, tenants = self.gate, self.tenants
         now = self.clock()
-        decision: Decision | None = gate.admit(rule.cost, rule.priority, now, lambda: self.identify(scope, now))
+        identify = lambda: self.identify(scope, now)  # noqa: E731
+        decision: Decision | None = gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
+            tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
         while decision is not None and decision.delay:  # a handshake has no body to watch: just wait
             try:
                 await self.sleep(decision.delay)
@@ -331,6 +344,11 @@ class AdmitGate:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 1013, "reason": "try again later"})
+
+
+def _never(cost: float, now: float) -> bool:
+    """The admit path's shared bucket when tenants have buckets of their own: never a token there."""
+    return False
 
 
 class _Misconfigured(AdmitGate):

@@ -8,17 +8,21 @@ Doorman's two-round approximation), O(n log n) in the tenants asking, run on a c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-def fair_shares(rate: float, demands: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+def fair_shares(rate: float, demands: Mapping[K, float], weights: Mapping[K, float]) -> dict[K, float]:
     """Each tenant's weighted max-min fair share of ``rate`` (requests/s), given its ``demands`` (requests/s).
 
     Every tenant gets ``min(demand, its weighted share of what is left)``; the shares never sum to more than
     ``rate`` and, when demand exceeds it, sum to exactly ``rate`` (work-conserving). A tenant missing from
     ``weights`` weighs 1.
     """
-    left, out = rate, {}
+    left = rate
+    out: dict[K, float] = {}
     order = sorted(demands, key=lambda t: demands[t] / weights.get(t, 1.0))
     weight_left = sum(weights.get(t, 1.0) for t in order)
     for tenant in order:

@@ -93,6 +93,7 @@ class Decision:
     token: float | None = None  # PACE: the reserved token's place on the pacer's refill axis
     epoch: int = 0  # PACE: the pacer's epoch the token was reserved in
     since: float = 0.0  # PACE: when the hold began
+    pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
 
 
 ADMITTED = Decision(Verdict.ADMIT)
@@ -430,6 +431,10 @@ class Gate:
         ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
         place kept. None if the client went away (a token of the current epoch is refunded).
         """
+        pool = decision.pool
+        if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
+            after = pool.end_hold(decision, now, gone)
+            return dataclasses.replace(after, pool=pool) if after is not None and after.delay else after
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
             return dataclasses.replace(decision, delay=0.0)

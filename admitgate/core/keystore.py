@@ -64,5 +64,12 @@ class BoundedExpiringMap(Generic[V]):
             return None
         return item[1]
 
+    def values(self, now: float) -> list[V]:
+        """The live values, oldest insertion first; expired entries are dropped on the way (O(n))."""
+        data = self._data
+        for key in [key for key, item in data.items() if item[0] <= now]:
+            del data[key]
+        return [item[1] for item in data.values()]
+
     def clear(self) -> None:
         self._data.clear()

@@ -1,0 +1,353 @@
+"""Tenants: a fair share of the capacity for each, and a retry schedule of its own.
+
+Without a tenant key the gate is one pool, first come first served. With one (:class:`Tenancy`), every
+established tenant has a pool: a :class:`~admitgate.core.gate.Gate` of its own (token pacer, retry schedule,
+pacing and tarpit), whose rate the :class:`Tenants` table sets. Every ``interval`` seconds the table
+measures what each pool asked for (requests/s, rejected retries included, except those of clients back
+before the time they were told: they ignore Retry-After, and what they ask is not demand to serve) and
+divides the capacity among them by weighted max-min water-filling (:func:`~admitgate.fair.fair_shares`): a tenant asking
+for less than its share gets what it asks, the rest is divided among the others by weight, and a lone
+tenant gets all of it. Critical requests are charged to the capacity first (never shed), and only what
+they leave is divided.
+
+A rejected client's Retry-After comes from its own pool: its place in its tenant's schedule, told at
+the tenant's *entitlement* (its weighted share of the capacity among the tenants asking, which its
+share reaches as soon as its demand is measured). A tenant whose thousand clients stampede is spread
+over its own window; the tenant beside it that sent ten is not pushed back.
+
+State is bounded. A key becomes a tenant with a pool once it has sent ``establish`` requests within
+``window`` seconds and fewer than ``max_tenants`` pools exist; until then it shares one *newcomers*
+pool, which competes as one tenant. A flood of a million new keys therefore takes one share, not the
+established tenants' shares, and the keys it counts live in a bounded store (evicted oldest first).
+Pools idle for ``idle`` seconds expire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import ConfigError, function, integer, number
+from ..core.fair import fair_shares
+from ..core.gate import Decision, Gate, Identify, Verdict
+from ..core.keystore import BoundedExpiringMap
+from ..core.pacer import TokenPacer
+from ..core.priority import Priority
+from ..core.settings import MIN_RATE
+from .identity import client_address, header_key
+
+Scope = Any  # an ASGI scope
+TenantFunc = Callable[[Scope], "str | None"]
+
+#: The pool of keys not established yet (and of requests with no tenant key). Not a string: no key collides.
+NEWCOMERS = ("newcomers",)
+#: Tenant names longer than this (characters) are known by a digest of them.
+MAX_NAME = 128
+#: A pool given what it asks may admit up to its demand times this (plus one request/s) until the next
+#: reallocation: room for its demand to grow (and for random arrivals above their mean).
+SLACK = 1.25
+#: A pool's measured demand moves this fraction of the way to each interval's count (an exponential average:
+#: a rate moved by noise would move its pacer's queued reservations, and cut the last of them short)...
+SMOOTHING = 0.3
+#: ... unless the count is this many times the average, or this many times less: a surge (or a burst that is
+#: over) is believed at once.
+SURGE = 1.5
+#: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
+#: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
+EARLY = 0.1
+#: A weight is a number in (0, MAX_WEIGHT].
+MAX_WEIGHT = 1e6
+#: Critical traffic never leaves less than this share of the capacity to divide among tenants.
+MIN_SHARE = 0.05
+
+
+def _name(value: str) -> str:
+    return value if len(value) <= MAX_NAME else "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+
+
+def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> TenantFunc:
+    """``"header:<name>"`` (the header's value), ``"address"`` (the client address, behind ``trusted_hops``
+    proxies) or a function ``scope -> tenant name or None``. A request with no tenant name is a newcomer."""
+    if callable(spec):
+        return function("tenant", spec, {}, kind="a function scope -> tenant name")  # type: ignore[return-value]
+    if spec == "address":
+
+        def address(scope: Scope) -> str | None:
+            found = client_address(scope, trusted_hops, forwarded)
+            return None if found is None else _name(found)
+
+        return address
+    if isinstance(spec, str) and spec.startswith("header:"):
+        header_key(spec[len("header:") :])  # validates the header name
+        raw = spec[len("header:") :].strip().lower().encode("ascii")
+
+        def header(scope: Scope) -> str | None:
+            value = b", ".join(v for k, v in scope.get("headers") or () if k == raw)
+            return _name(value.decode("latin-1")) if value else None
+
+        return header
+    raise ConfigError("key", "must be 'address', 'header:<name>' or a function scope -> tenant name", spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """Who the tenants are and how the capacity is divided among them. Times in seconds.
+
+    ``key``: ``"header:<name>"`` (such as an API key), ``"address"`` or a function ``scope -> name``.
+    ``weights``: tenant name or class name -> weight (default 1). ``classify``: a function ``name -> class
+    name`` (or None) whose class's weight applies when the name itself has none. ``max_tenants``: most pools
+    at once. ``establish``: requests within ``window`` that make a key a tenant (until then it is a
+    newcomer). ``newcomer_weight``: the weight of the newcomers' pool. ``interval``: how often the shares
+    are recomputed. ``idle``: a pool that asks nothing for this long expires.
+
+        Tenancy(key="header:x-api-key", weights={"premium": 3}, classify=lambda name: plans.get(name))
+    """
+
+    key: str | TenantFunc = "header:x-api-key"
+    weights: Mapping[str, float] = field(default_factory=dict)
+    classify: Callable[[str], str | None] | None = None
+    max_tenants: int = 10_000
+    establish: int = 3
+    window: float = 5.0
+    newcomer_weight: float = 1.0
+    interval: float = 0.5
+    idle: float = 30.0
+
+    def __post_init__(self) -> None:
+        tenant_key(self.key)
+        if not isinstance(self.weights, Mapping):
+            raise ConfigError("weights", "must be a mapping of tenant or class name -> weight", self.weights)
+        for name, weight in self.weights.items():
+            if not isinstance(name, str):
+                raise ConfigError("weights", "names must be strings", name)
+            number(f"weights[{name!r}]", weight, 0.0, MAX_WEIGHT, above=True)
+        object.__setattr__(self, "weights", dict(self.weights))
+        if self.classify is not None:
+            function("classify", self.classify, "", kind="a function tenant name -> class name")
+        integer("max_tenants", self.max_tenants, 1, 10_000_000)
+        integer("establish", self.establish, 1, 1_000_000)
+        number("window", self.window, 0.0, 3600.0, above=True, unit="seconds")
+        number("newcomer_weight", self.newcomer_weight, 0.0, MAX_WEIGHT, above=True)
+        number("interval", self.interval, 0.0, 60.0, above=True, unit="seconds")
+        number("idle", self.idle, 0.0, 86_400.0, above=True, unit="seconds")
+
+    def weight(self, name: str) -> float:
+        """The weight of tenant ``name``: its own, else its class's, else 1."""
+        weight = self.weights.get(name)
+        if weight is None and self.classify is not None:
+            try:
+                kind = self.classify(name)
+            except Exception:  # a user function must not fail a request: the tenant weighs 1
+                kind = None
+            weight = self.weights.get(kind) if isinstance(kind, str) else None
+        return 1.0 if weight is None else weight
+
+
+class Share:
+    """A pool's rate source (a :class:`~admitgate.headroom.Headroom` its gate reads): the rate its pacer
+    refills at (requests/s), and the ``capacity`` its Retry-After is told at (its entitlement)."""
+
+    __slots__ = ("capacity", "growth", "value")
+
+    def __init__(self, value: float, capacity: float, growth: float) -> None:
+        self.value, self.capacity, self.growth = value, capacity, growth
+
+    def rate(self, now: float) -> float:
+        return self.value
+
+
+class Pool:
+    """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
+
+    __slots__ = ("asked", "awake", "demand", "gate", "name", "rejected", "share", "weight")
+
+    def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
+        self.name, self.weight, self.gate, self.share = name, weight, gate, share
+        self.asked = 0.0  #: cost asked since the last reallocation, tokens
+        self.demand = 0.0  #: requests/s asked, as of the last reallocation
+        self.rejected = 0  #: rejections so far
+        self.awake = False  #: it has asked since it was last idle at a reallocation
+
+    def set_share(self, rate: float, entitlement: float, burst: float, now: float) -> None:
+        share = self.share
+        share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, MIN_RATE)
+        if burst != self.gate.pacer.burst:
+            self.gate.pacer.set_burst(burst, now)
+        self.gate.next_refresh = now  # the next decision reads the new rate
+
+
+class Tenants:
+    """The table of pools behind one :class:`~admitgate.core.gate.Gate` (the *root*, whose rate is the capacity μ).
+
+    ``tenancy``: the settings; ``trusted_hops``, ``forwarded``: how ``"address"`` finds the client (from
+    :class:`~admitgate.identity.Identity`). :meth:`admit` decides a request like :meth:`Gate.admit`, in its
+    tenant's pool; the root's :meth:`Gate.end_hold` ends the holds it returns.
+    """
+
+    def __init__(self, tenancy: Tenancy, root: Gate, *, trusted_hops: int = 0, forwarded: str = "x-forwarded-for",
+                 now: float = 0.0) -> None:  # fmt: skip
+        if not isinstance(tenancy, Tenancy):
+            raise ConfigError("tenants", "must be an admitgate.Tenancy", tenancy)
+        self.tenancy = tenancy
+        self.root = root
+        self._key = tenant_key(tenancy.key, trusted_hops, forwarded)
+        self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
+        self._candidates: BoundedExpiringMap[list[int]] = BoundedExpiringMap(tenancy.max_tenants)
+        self._settings = dataclasses.replace(root.settings, burst=None)
+        self._active_weight = 0.0  # the weight of the pools that asked in the last interval
+        self._assigned = 0.0  # the sum of the pools' rates, requests/s
+        self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
+        self._critical = root.stats.critical
+        self._last = now
+        self.next_rebalance = now + tenancy.interval
+        self.newcomers = self._pool(NEWCOMERS, tenancy.newcomer_weight, now)
+
+    # -- decisions ------------------------------------------------------------------------
+    def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
+        """Decide one request in its tenant's pool (critical ones on the root: never shed, charged first)."""
+        root = self.root
+        if now >= root.next_refresh:
+            root.refresh(now)
+        if priority.critical:
+            return root.admit(cost, priority, now, identify)
+        if now >= self.next_rebalance:
+            self.rebalance(now)
+        pool = self.pool_of(self.name(scope), now)
+        if not pool.awake:
+            self._activate(pool, now)
+        stats = pool.gate.stats
+        early = stats.early
+        decision = pool.gate.admit(cost, priority, now, identify)
+        if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
+            pool.asked += cost
+        if decision.verdict is Verdict.REJECT:
+            pool.rejected += 1
+        return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
+
+    def _activate(self, pool: Pool, now: float) -> None:
+        """A pool idle until now asks: what the others leave unused, up to its entitlement, until the next
+        reallocation (the others' rates stand until then, and the sum of the rates stays within the capacity),
+        which comes within ``EARLY × interval`` if that is less than its entitlement. Its clients are told
+        Retry-After at its entitlement, which its share reaches then.
+        """
+        pool.awake = True
+        self._active_weight += pool.weight
+        entitlement = self._entitlement(pool.weight, self._active_weight)
+        rate = min(entitlement, max(0.0, self._available - self._assigned))
+        self._assigned += rate
+        pool.set_share(rate, entitlement, self._burst(rate), now)
+        if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
+            self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
+
+    def name(self, scope: Scope) -> str | None:
+        """The request's tenant name, or None (a newcomer). Never raises."""
+        try:
+            found = self._key(scope)
+        except Exception:  # a user function or a mangled scope must not fail the request
+            return None
+        return _name(found) if isinstance(found, str) else None
+
+    def pool_of(self, name: str | None, now: float) -> Pool:
+        """``name``'s pool, established on its ``establish``-th request within ``window``; else the newcomers'."""
+        if name is None:
+            return self.newcomers
+        pool = self._pools.get(name, now)
+        if pool is not None:
+            return pool
+        tenancy = self.tenancy
+        count = self._candidates.get(name, now)
+        if count is None:
+            count = [0]
+            self._candidates.put(name, count, now + tenancy.window, now)
+        count[0] += 1
+        if count[0] < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
+            return self.newcomers
+        self._candidates.pop(name, now)
+        pool = self._pool(name, tenancy.weight(name), now)
+        self._pools.put(name, pool, now + tenancy.idle, now)
+        return pool
+
+    def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
+        """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
+        name = self.name(scope)
+        pool = (None if name is None else self._pools.get(name, now)) or self.newcomers
+        return pool.gate.pacer, pool.share.capacity
+
+    def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
+        entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
+        share = Share(entitlement, entitlement, self.root.growth)
+        return Pool(name, weight, Gate(share, self._settings, now=now), share)
+
+    # -- shares ---------------------------------------------------------------------------
+    def _entitlement(self, weight: float, total: float) -> float:
+        return self._available * weight / total if total > 0 else self._available
+
+    def _burst(self, rate: float) -> float:
+        """A pool's bucket: its part of the root's burst, at least one token."""
+        return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
+
+    def pools(self, now: float) -> list[Pool]:
+        """Every live pool, the newcomers' last."""
+        return [*self._pools.values(now), self.newcomers]
+
+    def rebalance(self, now: float) -> None:
+        """Measure each pool's demand and divide the capacity among them by weighted max-min water-filling.
+
+        Each asking pool is given its fair share of the measured demands, and what they leave (when they
+        ask for less than the capacity) is divided among them by weight: these rates sum to the capacity.
+        A pool given what it asks is given room to grow, up to ``demand × SLACK + 1`` but never beyond the
+        rate per weight the most favoured pool gets, so its share does not wait for the next interval to
+        grow; that room is not taken from the others (their floors stand), and what it admits in it is
+        counted in its demand at the next interval. Idle pools keep a rate of ``MIN_RATE`` until they ask.
+        """
+        root, tenancy = self.root, self.tenancy
+        elapsed = max(now - self._last, 1e-9)
+        self._last, self.next_rebalance = now, now + tenancy.interval
+        mu = root.pacer.rate
+        critical = (root.stats.critical - self._critical) / elapsed
+        self._critical = root.stats.critical
+        available = self._available = max(mu - critical, mu * MIN_SHARE)
+        pools = self.pools(now)
+        demands: dict[int, float] = {}
+        weights: dict[int, float] = {}
+        for index, pool in enumerate(pools):
+            asked = pool.asked / elapsed
+            steady = pool.demand / SURGE <= asked <= pool.demand * SURGE
+            pool.demand = pool.demand + SMOOTHING * (asked - pool.demand) if steady else asked
+            if pool.asked and pool.name is not NEWCOMERS:
+                self._pools.put(pool.name, pool, now + tenancy.idle, now)
+            pool.asked = 0.0
+            if pool.demand > MIN_RATE:
+                demands[index] = pool.demand
+                weights[index] = pool.weight
+        shares = fair_shares(available, demands, weights)
+        total = sum(weights.values())
+        self._active_weight = total
+        left = max(0.0, available - math.fsum(shares.values()))
+        for index in shares:
+            shares[index] += left * weights[index] / total
+        level = max((share / weights[index] for index, share in shares.items()), default=0.0)
+        self._assigned = 0.0
+        for index, pool in enumerate(pools):
+            if index in shares:
+                rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
+                self._assigned += rate
+                pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
+            else:
+                pool.awake = False
+                pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
+
+    def top(self, k: int, now: float) -> list[tuple[str, int]]:
+        """The ``k`` tenants with the most rejections (name, count), the newcomers' pool as ``"newcomers"``."""
+        ranked = sorted(self.pools(now), key=lambda pool: pool.rejected, reverse=True)[:k]
+        return [("newcomers" if p.name is NEWCOMERS else str(p.name), p.rejected) for p in ranked if p.rejected]
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    def __repr__(self) -> str:
+        return f"Tenants({len(self._pools)} pools, {self._available:g}/s to share)"

@@ -1,0 +1,173 @@
+"""Fair share under overload, against a real uvicorn on loopback: admitted requests/s per tenant.
+
+    python bench/fairness.py [--rate 100] [--seconds 12] [--warmup 4] [--scenarios abuse,abuse-single,weights,lone]
+
+Scenarios (the server's capacity is a fixed ``--rate`` H; tenants are told apart by ``x-api-key``):
+
+* ``abuse``: one abusive tenant (20 connections, each retrying every 100 ms, ignoring Retry-After) and 5
+  obedient tenants, each sending new requests at twice H/6 whose clients obey Retry-After; tenants on;
+* ``abuse-single``: the same traffic against the single pool (no tenants), for comparison;
+* ``weights``: three tenants weighted 3:1:1, each with 10 connections retrying every 100 ms;
+* ``lone``: one tenant with 20 connections retrying every 100 ms: what share of H it is admitted.
+
+Each scenario runs ``--seconds`` (at most 20) and counts 200s after ``--warmup``. The server runs in a child
+process (pinned to core 0, the load to core 1 when there are two). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from admitgate.serving import free_port, pin  # noqa: E402
+
+SCENARIOS = ("abuse", "abuse-single", "weights", "lone")
+
+
+def app(rate: float, tenants: bool, weights: dict[str, float]):  # type: ignore[no-untyped-def]
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from admitgate import AdmitGate, Identity, Settings, Tenancy
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("Hello, world!")
+
+    tenancy = Tenancy(key="header:x-api-key", weights=weights) if tenants else None
+    star = Starlette(routes=[Route("/", hello)])
+    star.add_middleware(AdmitGate, rate=rate, settings=Settings(), tenants=tenancy,
+                        identity=Identity(key="header:x-client", ticket=False))  # fmt: skip
+    return star
+
+
+def serve(port: int, rate: float, tenants: bool, weights: dict[str, float]) -> None:
+    import uvicorn
+
+    pin(0)
+    uvicorn.run(app(rate, tenants, weights), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+async def ask(client: httpx.AsyncClient, headers: dict[str, str], ok: Counter[str], warm: float) -> httpx.Response:
+    """One request; a 200 after the warm-up counts for its tenant."""
+    response = await client.get("/", headers=headers)
+    if response.status_code == 200 and time.monotonic() >= warm:
+        ok[headers["x-api-key"]] += 1
+    return response
+
+
+async def abusive(client: httpx.AsyncClient, tenant: str, worker: int, until: float, ok: Counter[str],
+                  warm: float) -> None:  # fmt: skip
+    """A connection that asks again 100 ms after each 429 (and at once after a 200), ignoring Retry-After."""
+    headers = {"x-api-key": tenant, "x-client": f"{tenant}-{worker}"}
+    while time.monotonic() < until:
+        if (await ask(client, headers, ok, warm)).status_code != 200:
+            await asyncio.sleep(0.1)
+
+
+async def obedient(client: httpx.AsyncClient, tenant: str, rate: float, until: float, ok: Counter[str],
+                   warm: float) -> None:  # fmt: skip
+    """New requests at ``rate``/s, each from a client of its own that sleeps Retry-After and asks again."""
+    ids = itertools.count()
+
+    async def one(cid: int) -> None:
+        headers = {"x-api-key": tenant, "x-client": f"{tenant}-{cid}"}
+        while time.monotonic() < until:
+            response = await ask(client, headers, ok, warm)
+            if response.status_code == 200:
+                return
+            await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+
+    tasks = set()
+    start = time.monotonic()
+    for k in itertools.count():
+        at = start + k / rate
+        if at >= until:
+            break
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+        task = asyncio.create_task(one(next(ids)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    for task in list(tasks):
+        task.cancel()
+
+
+async def load(url: str, scenario: str, rate: float, seconds: float, warmup: float) -> dict[str, float]:
+    now = time.monotonic()
+    until, warm = now + seconds, now + warmup
+    ok: Counter[str] = Counter()
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        jobs = []
+        if scenario.startswith("abuse"):
+            jobs += [abusive(client, "abuser", w, until, ok, warm) for w in range(20)]
+            jobs += [obedient(client, f"obedient-{i}", 2 * rate / 6, until, ok, warm) for i in range(5)]
+        elif scenario == "weights":
+            jobs += [abusive(client, t, w, until, ok, warm) for t in ("gold", "x", "y") for w in range(10)]
+        else:
+            jobs += [abusive(client, "alone", w, until, ok, warm) for w in range(20)]
+        await asyncio.gather(*jobs, return_exceptions=True)
+    return {tenant: count / (seconds - warmup) for tenant, count in sorted(ok.items())}
+
+
+def run(scenario: str, rate: float, seconds: float, warmup: float) -> dict[str, object]:
+    port = free_port()
+    tenants = scenario != "abuse-single"
+    weights = {"gold": 3.0} if scenario == "weights" else {}
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--rate", str(rate),
+                              "--tenants", "1" if tenants else "0", "--weights", json.dumps(weights)])  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        pin(1)
+        rates = asyncio.run(load(url, scenario, rate, seconds, warmup))
+    finally:
+        child.terminate()
+        child.wait(10)
+    out: dict[str, object] = {"admitted_per_s": {k: round(v, 1) for k, v in rates.items()}}
+    out["share_of_H"] = {k: round(v / rate, 3) for k, v in rates.items()}
+    out["total_share_of_H"] = round(sum(rates.values()) / rate, 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--warmup", type=float, default=4.0)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--tenants", default="1", help=argparse.SUPPRESS)
+    parser.add_argument("--weights", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.rate, args.tenants == "1", json.loads(args.weights))
+        return
+    if not 0 < args.warmup < args.seconds <= 20:
+        parser.error("need 0 < --warmup < --seconds <= 20")
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario {sorted(unknown)[0]!r}; known: {', '.join(SCENARIOS)}")
+    results = {s: run(s, args.rate, args.seconds, args.warmup) for s in scenarios}
+    print(json.dumps({"rate": args.rate, "seconds": args.seconds, "warmup": args.warmup, **results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

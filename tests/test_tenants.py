@@ -1,0 +1,304 @@
+"""Tenants: weighted max-min fair shares of the capacity through the real Gate, on virtual time."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import tracemalloc
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
+from admitgate.asgi.tenants import NEWCOMERS, Tenancy, Tenants
+from admitgate.config import load
+from admitgate.core.fair import fair_shares
+from admitgate.core.gate import Decision, Gate, Verdict
+from admitgate.core.priority import DEFAULT_CLASSES
+from tests.test_middleware import call, http_scope
+
+DEFAULT = DEFAULT_CLASSES["default"]
+CRITICAL = DEFAULT_CLASSES["critical"]
+
+
+def scope(name: str | None) -> dict[str, object]:
+    headers = [] if name is None else [(b"x-api-key", name.encode())]
+    return {"type": "http", "headers": headers, "client": ("192.0.2.1", 4000)}
+
+
+def table(rate: float = 100.0, **tenancy: object) -> Tenants:
+    root = Gate(rate, Settings(tarpit=0.0))
+    return Tenants(Tenancy(**tenancy), root)  # type: ignore[arg-type]
+
+
+class Run:
+    """Drive a table with requests at fixed rates on virtual time; count admissions per tenant.
+
+    ``rates``: tenant -> ((start, end, requests/s), ...). Requests come from anonymous clients (a rejected
+    one is dropped); paced ones are admitted when their hold ends, as the middleware does.
+    """
+
+    def __init__(self, tenants: Tenants) -> None:
+        self.tenants = tenants
+        self.admitted: Counter[tuple[str, int]] = Counter()  # (tenant, whole second) -> admissions
+        self._events: list[tuple[float, int, str, Decision | None]] = []
+        self._seq = itertools.count()
+
+    def send(self, tenant: str, start: float, end: float, rate: float) -> Run:
+        for k in range(int((end - start) * rate)):
+            heapq.heappush(self._events, (start + k / rate, next(self._seq), tenant, None))
+        return self
+
+    def go(self) -> Run:
+        root = self.tenants.root
+        while self._events:
+            now, _, tenant, held = heapq.heappop(self._events)
+            if held is None:
+                decision = self.tenants.admit(1.0, DEFAULT, now, lambda: None, scope(tenant))
+            else:
+                after = root.end_hold(held, now)
+                assert after is not None
+                decision = after
+            if decision.delay:
+                heapq.heappush(self._events, (now + decision.delay, next(self._seq), tenant, decision))
+            elif decision.verdict is Verdict.ADMIT:
+                self.admitted[tenant, int(now)] += 1
+        return self
+
+    def rate(self, tenant: str, start: int, end: int) -> float:
+        """Admissions/s of ``tenant`` over whole seconds [start, end)."""
+        return sum(self.admitted[tenant, s] for s in range(start, end)) / (end - start)
+
+
+def test_equal_tenants_asking_twice_their_share_get_a_sixth_each() -> None:
+    run = Run(table())
+    for name in "abcdef":
+        run.send(name, 0, 30, 2 * 100 / 6)
+    run.go()
+    for name in "abcdef":
+        assert run.rate(name, 10, 30) == pytest.approx(100 / 6, rel=0.1)
+
+
+def test_weights_divide_the_capacity_3_1_1() -> None:
+    run = Run(table(weights={"gold": 3}))
+    for name in ("gold", "x", "y"):
+        run.send(name, 0, 30, 200)
+    run.go()
+    assert run.rate("gold", 10, 30) == pytest.approx(60, rel=0.1)
+    assert run.rate("x", 10, 30) == pytest.approx(20, rel=0.1)
+    assert run.rate("y", 10, 30) == pytest.approx(20, rel=0.1)
+
+
+def test_a_class_weight_applies_through_classify() -> None:
+    tenants = table(weights={"premium": 3.0, "x": 2.0}, classify=lambda name: "premium" if name[0] == "p" else None)
+    assert (tenancy := tenants.tenancy).weight("p1") == 3.0 and tenancy.weight("x") == 2.0
+    assert tenancy.weight("z") == 1.0
+
+
+def test_what_a_modest_tenant_leaves_goes_to_the_others() -> None:
+    run = Run(table()).send("small", 0, 30, 10).send("b", 0, 30, 200).send("c", 0, 30, 200).go()
+    assert run.rate("small", 10, 30) == pytest.approx(10, rel=0.05)
+    assert run.rate("b", 10, 30) == pytest.approx(45, rel=0.1)
+    assert run.rate("c", 10, 30) == pytest.approx(45, rel=0.1)
+
+
+def test_a_lone_tenant_gets_all_of_the_capacity() -> None:
+    run = Run(table()).send("alone", 0, 30, 200).go()
+    assert run.rate("alone", 5, 30) >= 97
+
+
+def test_tenants_arriving_and_leaving_take_and_give_back_their_share() -> None:
+    run = Run(table()).send("a", 0, 40, 200).send("b", 10, 25, 200).go()
+    assert run.rate("a", 3, 10) >= 97  # alone
+    assert run.rate("a", 15, 25) == pytest.approx(50, rel=0.1)  # b came: half each
+    assert run.rate("b", 15, 25) == pytest.approx(50, rel=0.1)
+    assert run.rate("a", 30, 40) >= 97  # b left: all of it again
+
+
+def test_a_flood_of_new_keys_competes_as_one_tenant() -> None:
+    tenants = table()
+    run = Run(tenants).send("a", 0, 30, 100).send("b", 0, 30, 100)
+    for k in range(30 * 500):  # 500 new keys a second, each sending one request
+        heapq.heappush(run._events, (k / 500, next(run._seq), f"flood-{k}", None))
+    run.go()
+    assert run.rate("a", 10, 30) >= 0.9 * 100 / 3
+    assert run.rate("b", 10, 30) >= 0.9 * 100 / 3
+    assert len(tenants) == 2  # no flood key ever got a pool
+
+
+def test_critical_requests_are_never_shed_and_are_charged_first() -> None:
+    tenants = table()
+    now = 0.0
+    for k in range(2000):  # 200/s of critical traffic for 10 s: all admitted
+        now = k / 200
+        assert tenants.admit(1.0, CRITICAL, now, lambda: None, scope("a")) is not None
+    assert tenants.root.stats.critical == 2000
+    tenants.rebalance(now + 0.01)
+    assert tenants._available == pytest.approx(100 * 0.05)  # critical took it all: the floor is left to share
+
+
+def test_a_stampeding_tenant_does_not_push_back_the_small_one() -> None:
+    tenants = table()
+    now = 0.0
+    for k in range(5 * 100):  # both established; the herd's tenant is busy, the small one asks 10/s
+        now = k / 100
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("herd"))
+        if k % 10 == 0:
+            tenants.admit(1.0, DEFAULT, now, lambda: None, scope("small"))
+    herd = [tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("herd")) for k in range(2000)]
+    small = [tenants.admit(1.0, DEFAULT, now, lambda k=k: f"s{k}", scope("small")) for k in range(10)]
+    assert max(d.retry_after for d in herd) >= 20  # 2000 clients spread at its share (about 90/s)
+    assert max(d.retry_after for d in small) <= 2  # 10 clients at its own share
+
+
+def test_idle_pools_expire_and_the_table_is_bounded() -> None:
+    tenants = table(max_tenants=50, establish=2, idle=10.0)
+    for k in range(200):
+        for _ in range(2):
+            tenants.admit(1.0, DEFAULT, k * 0.01, lambda: None, scope(f"t{k}"))
+    assert len(tenants) == 50  # the rest stayed newcomers
+    tenants.rebalance(100.0)
+    assert len(tenants) == 0 and tenants.pools(100.0) == [tenants.newcomers]
+
+
+def test_a_million_tenant_keys_stay_within_the_bound() -> None:
+    tenants = table(max_tenants=1000, establish=2)
+    for k in range(1_000_000):  # every key seen once: all newcomers, a thousand remembered
+        assert tenants.pool_of(f"key-{k}", k * 1e-5) is tenants.newcomers
+    assert len(tenants) == 0 and len(tenants._candidates) == 1000
+    for k in range(100_000):  # every key twice in a row: a thousand pools, the rest newcomers
+        tenants.pool_of(f"again-{k}", 10.0 + k * 1e-5)
+        tenants.pool_of(f"again-{k}", 10.0 + k * 1e-5)
+    assert len(tenants) == 1000 and len(tenants._candidates) <= 1000
+
+
+def test_the_memory_of_many_keys_does_not_grow_with_them() -> None:
+    tenants = table(max_tenants=100, establish=2)
+    tracemalloc.start()
+    try:
+        for k in range(2_000):
+            tenants.pool_of(f"key-{k}", k * 1e-3)
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(2_000, 50_000):
+            tenants.pool_of(f"key-{k}", k * 1e-3)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000  # bytes: 48,000 more keys, the same hundred remembered
+
+
+def test_newcomers_pool_is_not_a_tenant_name() -> None:
+    tenants = table()
+    assert tenants.pool_of(None, 0.0) is tenants.newcomers
+    assert tenants.newcomers.name is NEWCOMERS
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("key", "cookie"), ("key", "header:"), ("weights", {"a": 0}), ("weights", {"a": -1.0}), ("weights", [1]),
+     ("max_tenants", 0), ("establish", 0), ("window", 0.0), ("interval", "1"), ("idle", -1.0),
+     ("classify", 3), ("newcomer_weight", 0)],
+)  # fmt: skip
+def test_bad_tenancy_is_a_config_error_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field.split("_")[0]):
+        Tenancy(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_failing_tenant_function_makes_a_newcomer() -> None:
+    def boom(scope: object) -> str:
+        raise RuntimeError("no")
+
+    tenants = Tenants(Tenancy(key=boom), Gate(100.0))
+    assert tenants.name(scope("a")) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    demands=st.lists(st.floats(10.0, 300.0), min_size=1, max_size=4),
+    weights=st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=4, max_size=4),
+)
+def test_under_overload_no_tenant_is_below_its_floor_and_the_sum_stays_within_the_capacity(
+    demands: list[float], weights: list[float]
+) -> None:
+    names = [f"t{i}" for i in range(len(demands))]
+    weight = dict(zip(names, weights, strict=False))
+    tenants = table(weights=weight)
+    run = Run(tenants)
+    for name, rate in zip(names, demands, strict=True):
+        run.send(name, 0, 20, rate)
+    run.go()
+    total = sum(run.admitted.values())
+    burst = sum(pool.gate.pacer.burst for pool in tenants.pools(20.0)) + tenants.root.pacer.burst
+    assert total <= 100 * 20 + burst * 2  # within the capacity (plus the buckets it started with)
+    floors = fair_shares(100.0, dict(zip(names, demands, strict=True)), weight)
+    for name in names:
+        assert run.rate(name, 8, 20) >= 0.9 * floors[name] - 1
+
+
+# -- the middleware and the configuration ---------------------------------------------------------
+def _app(clock: ManualClock, sleep, tenants: Tenancy | None) -> AdmitGate:
+    async def ok(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return AdmitGate(ok, rate=10, tenants=tenants, clock=clock, sleep=sleep, wall_clock=lambda: 1e9,
+                     settings=Settings(max_pacing_delay=0, tarpit=0), headers=HeaderPolicy(on_admit=True))  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_through_the_middleware_one_tenant_emptying_its_bucket_leaves_the_others_theirs(clock, sleep) -> None:
+    app = _app(clock, sleep, Tenancy(key="header:x-api-key", establish=1))
+    statuses = [(await call(app, http_scope(headers=[(b"x-api-key", b"greedy")])))[0] for _ in range(20)]
+    assert statuses[0] == 200 and statuses.count(429) == 19
+    status, headers, _ = await call(app, http_scope(headers=[(b"x-api-key", b"modest")]))
+    assert status == 200 and headers["ratelimit-policy"] == '"admitgate";q=5;w=1'  # its entitlement: half of 10/s
+    single = _app(clock, sleep, None)  # the same without tenants: one bucket, first come first served
+    for _ in range(20):
+        await call(single, http_scope(headers=[(b"x-api-key", b"greedy")]))
+    assert (await call(single, http_scope(headers=[(b"x-api-key", b"modest")])))[0] == 429
+
+
+def test_a_bad_tenancy_fails_the_middleware_naming_it() -> None:
+    with pytest.raises(ConfigError, match="tenants"):
+        AdmitGate(lambda s, r, c: None, rate=10, tenants={"key": "address"})  # type: ignore[arg-type]
+
+
+def test_tenants_from_the_file_and_the_environment(tmp_path) -> None:
+    path = tmp_path / "a.toml"
+    path.write_text('[tenants]\nkey = "address"\nweights = { premium = 3 }\nmax_tenants = 500\n')
+    tenancy = load(path, env={"ADMITGATE_TENANTS_ESTABLISH": "5"})["tenants"]
+    assert tenancy == Tenancy(key="address", weights={"premium": 3.0}, max_tenants=500, establish=5)
+    env = {"ADMITGATE_TENANTS_KEY": "header:x-api-key", "ADMITGATE_TENANTS_WEIGHTS": '{"gold": 2}'}
+    assert load(env=env)["tenants"] == Tenancy(key="header:x-api-key", weights={"gold": 2})
+    path.write_text("[tenants]\nweights = { premium = 0 }\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.field == "tenants.weights['premium']"
+
+
+def test_a_new_tenant_whose_share_is_held_by_others_gets_it_within_a_tenth_of_the_interval() -> None:
+    tenants = table()
+    now = 0.0
+    for k in range(3):  # two newcomers' requests (the newcomers' pool takes all the capacity), then its pool
+        now = k * 0.001
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("late"))
+    assert tenants.next_rebalance <= now + 0.5 * 0.1
+    run = Run(tenants).send("late", now, 5, 200).go()
+    assert run.rate("late", 1, 5) >= 97
+
+
+def test_retries_of_clients_that_ignore_retry_after_are_not_demand() -> None:
+    tenants = table()
+    for step in range(400):  # 4 s: "abuser" has 20 clients asking every 100 ms whatever they are told (holds
+        # are never ended here: only the demand the table measures is looked at)
+        now = step / 100
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("modest"))
+        if step % 10 == 0:
+            for c in range(20):
+                tenants.admit(1.0, DEFAULT, now + c / 1000, lambda c=c: f"a{c}", scope("abuser"))
+    abuser = tenants.pool_of("abuser", 4.0)
+    assert abuser.gate.stats.early > 100  # many of its retries came early (told to wait, they did not) ...
+    assert abuser.demand < 100  # ... and are not counted: it made 200 attempts/s
