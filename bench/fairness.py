@@ -30,7 +30,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.serving import free_port, pin  # noqa: E402
+from admitgate.sim.serving import free_port, pin  # noqa: E402
 
 SCENARIOS = ("abuse", "abuse-single", "weights", "lone")
 

@@ -69,3 +69,12 @@ def test_estimator_live_smoke() -> None:
 def test_fleet_herd_smoke() -> None:
     result = run(str(BENCH / "fleet_herd.py"), "--clients", "400", "--rate", "200", "--rounds", "1")
     assert result["median"]["server_5xx"] == 0 and result["runs"][0]["retry_after_max"] >= 1
+
+
+def test_fairness_smoke() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "fairness.py"), "--seconds", "3", "--warmup", "1",
+                          "--scenarios", "lone,weights"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["lone"]["admitted_per_s"]["alone"] > 0  # behaviour: the server ran and admitted; no speed
+    assert len(result["weights"]["admitted_per_s"]) == 3
