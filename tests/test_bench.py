@@ -69,3 +69,9 @@ def test_estimator_live_smoke() -> None:
 def test_fleet_herd_smoke() -> None:
     result = run(str(BENCH / "fleet_herd.py"), "--clients", "400", "--rate", "200", "--rounds", "1")
     assert result["median"]["server_5xx"] == 0 and result["runs"][0]["retry_after_max"] >= 1
+
+
+def test_quota_smoke() -> None:
+    result = run(str(BENCH / "quota.py"), "--limit", "20/second", "--seconds", "2", "--rate", "200")
+    assert result["other_statuses"] == 0 and 20 <= result["burst_admitted"] <= 25  # (it refills while spent)
+    assert abs(result["admitted_per_window"] - 20) <= 3  # four replicas, one count
