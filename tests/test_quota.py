@@ -157,9 +157,10 @@ async def test_a_failing_key_function_is_no_key_never_a_500(clock: ManualClock, 
     def broken(scope: object) -> str:
         raise RuntimeError("boom")
 
-    app, _ = quota_app(clock, sleep, key=broken)
-    for _ in range(5):
-        assert (await call(app, keyed("alice")))[0] == 200
+    for key in (broken, lambda scope: ["not", "hashable"]):
+        app, _ = quota_app(clock, sleep, key=key)
+        for _ in range(5):
+            assert (await call(app, keyed("alice")))[0] == 200
 
 
 # -- configuration --------------------------------------------------------------------------------

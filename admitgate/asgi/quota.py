@@ -87,11 +87,14 @@ def quota_key(quota: Quota, trusted_hops: int, forwarded: str) -> TenantFunc:
 
 
 def key_of(func: TenantFunc, scope: Scope) -> Hashable | None:
-    """``func(scope)``, None if it fails: a user's key function must not turn a request into a 500."""
+    """``func(scope)``, None if it fails or is not hashable: a user's key function must not turn a request into
+    a 500."""
     try:
-        return func(scope)
+        key = func(scope)
+        hash(key)
     except Exception:
         return None
+    return key
 
 
 class QuotaGuard:
