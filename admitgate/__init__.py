@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .asgi.headers import HeaderPolicy
     from .asgi.identity import Identity
     from .asgi.middleware import AdmitGate
+    from .asgi.quota import Quota
     from .asgi.tenants import Tenancy
     from .backends.shared import RedisBudget
     from .config import load
@@ -48,6 +49,7 @@ _HOMES = {
     "LiveHeadroom": "limit.headroom",
     "ManualClock": "core.clock",
     "Priority": "core.priority",
+    "Quota": "asgi.quota",
     "RedisBudget": "backends.shared",
     "Settings": "core.settings",
     "Static": "limit.estimators",
@@ -82,6 +84,7 @@ __all__ = [
     "LiveHeadroom",
     "ManualClock",
     "Priority",
+    "Quota",
     "RedisBudget",
     "Settings",
     "Static",

@@ -24,11 +24,14 @@ The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGa
     [tenants]                   # admitgate.Tenancy: key, weights, max_tenants, establish, ...
     key = "header:x-api-key"
     weights = { premium = 3 }
+    [quota]                     # admitgate.Quota: limit, key, burst, name, max_keys
+    limit = "100/minute"
 
 Every key has a variable: ``ADMITGATE_<KEY>`` for the gate, settings and identity keys
 (``ADMITGATE_BURST``, ``ADMITGATE_TICKET``), ``ADMITGATE_HEADERS_<KEY>``, ``ADMITGATE_BACKEND`` (the URL)
 and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_HEADROOM_<KEY>``,
-``ADMITGATE_<ESTIMATOR>_<PARAM>``, ``ADMITGATE_TENANTS_<KEY>``; ``ADMITGATE_ROUTES``, ``ADMITGATE_CLASSES`` and
+``ADMITGATE_<ESTIMATOR>_<PARAM>``, ``ADMITGATE_TENANTS_<KEY>``, ``ADMITGATE_QUOTA`` (the limit) and
+``ADMITGATE_QUOTA_<KEY>``; ``ADMITGATE_ROUTES``, ``ADMITGATE_CLASSES`` and
 ``ADMITGATE_TENANTS_WEIGHTS`` hold JSON objects.
 Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/health,/ready``), booleans
 ``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
@@ -65,6 +68,7 @@ else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
 
 from .asgi.headers import HeaderPolicy
 from .asgi.identity import Identity
+from .asgi.quota import Quota
 from .asgi.routing import Router
 from .asgi.tenants import Tenancy
 from .core.errors import ConfigError
@@ -81,7 +85,8 @@ HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_sampl
                  "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
-SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend", "tenants")
+SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend", "tenants",
+            "quota")  # fmt: skip
 #: Keys that moved out of ``[gate]``, and where to.
 _MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
 _TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
@@ -227,6 +232,7 @@ def _schema() -> dict[str, dict[str, Convert]]:
         "headers": _kinds(HeaderPolicy),
         "backend": {"url": _text, **_kinds(RedisBudget, skip=("client",))},
         "tenants": {**_kinds(Tenancy, skip=("weights",)), "weights": _table},
+        "quota": {"limit": _text, **_kinds(Quota)},
     }  # fmt: skip
 
 
@@ -241,7 +247,7 @@ def _variable(var: str, flat: dict[str, tuple[str, str]]) -> tuple[str, str] | N
     if name == "estimator":
         return "headroom", "estimator"
     for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("headroom_", "headroom"),
-                            ("tenants_", "tenants")):  # fmt: skip
+                            ("tenants_", "tenants"), ("quota_", "quota")):  # fmt: skip
         if name.startswith(prefix) and name[len(prefix) :]:
             return section, name[len(prefix) :]
     estimator, _, param = name.partition("_")
@@ -254,6 +260,7 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Convert]]) -> 
     """``{(section, key): (raw value, variable)}`` for every ``ADMITGATE_*`` variable that names a setting."""
     flat = {key: (section, key) for section in ("gate", "settings", "identity") for key in schema[section]}
     flat["backend"] = ("backend", "url")
+    flat["quota"] = ("quota", "limit")
     found: dict[tuple[str, str], tuple[str, str]] = {}
     for var, raw in env.items():
         if not var.startswith("ADMITGATE_") or var == "ADMITGATE_CONFIG":
@@ -328,7 +335,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
             values[section][key] = raw
             names[section, key] = var
     out: dict[str, Any] = {}
-    for section in ("gate", "settings", "identity", "headers", "backend", "tenants"):
+    for section in ("gate", "settings", "identity", "headers", "backend", "tenants", "quota"):
         for key, value in values[section].items():
             convert = schema[section].get(key)
             if convert is None:
@@ -337,7 +344,10 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
             values[section][key] = _convert(convert, value, from_env, names[section, key])
     gate = values["gate"]
     out.update({k: v for k, v in gate.items() if not (k == "metrics" and v is None)})
-    built = (("settings", Settings), ("identity", Identity), ("headers", HeaderPolicy), ("tenants", Tenancy))
+    if values["quota"] and "limit" not in values["quota"]:
+        raise ConfigError("quota.limit", "is required with other [quota] keys (or ADMITGATE_QUOTA)")
+    built = (("settings", Settings), ("identity", Identity), ("headers", HeaderPolicy), ("tenants", Tenancy),
+             ("quota", Quota))  # fmt: skip
     for section, kind in built:
         if values[section]:
             out[section] = _build(kind, values[section], section, names)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -35,10 +37,12 @@ from admitgate.sim.serving import free_port, pin  # noqa: E402
 SPLIT = (7, 1, 1, 1)
 
 
-def replicas(url: str, rate: float, n: int = 4) -> tuple[list[subprocess.Popen], list[str]]:
-    env = {**os.environ, "REDIS_URL": url, "FLEET_RATE": str(rate)}
+def replicas(url: str, rate: float, n: int = 4, app: str = "apps:fleet_replica",
+             env: dict[str, str] | None = None) -> tuple[list[subprocess.Popen], list[str]]:  # fmt: skip
+    """Start ``n`` uvicorn replicas of ``app`` (a factory in bench/) sharing ``url``; wait until they answer."""
+    env = {**os.environ, "REDIS_URL": url, "FLEET_RATE": str(rate), **(env or {})}
     ports = [free_port() for _ in range(n)]
-    procs = [subprocess.Popen([sys.executable, "-m", "uvicorn", "apps:fleet_replica", "--factory", "--port", str(p),
+    procs = [subprocess.Popen([sys.executable, "-m", "uvicorn", app, "--factory", "--port", str(p),
                                "--host", "127.0.0.1", "--log-level", "warning"], cwd=HERE, env=env,
                               preexec_fn=lambda: pin(0)) for p in ports]  # fmt: skip
     bases = [f"http://127.0.0.1:{p}" for p in ports]
@@ -55,14 +59,16 @@ def replicas(url: str, rate: float, n: int = 4) -> tuple[list[subprocess.Popen],
     return procs, bases
 
 
-def one_round(clients: int, rate: float, deadline: float) -> dict:
+@contextlib.contextmanager
+def fleet(
+    rate: float, n: int = 4, app: str = "apps:fleet_replica", env: dict[str, str] | None = None
+) -> Iterator[list[str]]:
+    """A throwaway redis-server and ``n`` replicas of ``app`` sharing it: yields their base URLs, then stops them."""
     server, url = redis_server()
     try:
-        procs, bases = replicas(url, rate)
+        procs, bases = replicas(url, rate, n, app, env)
         try:
-            time.sleep(1.0)  # leases and membership settle
-            result = asyncio.run(run_herd(bases, clients, split=SPLIT, path="/", background_rate=0, warmup=0.5,
-                                          deadline=deadline))  # fmt: skip
+            yield bases
         finally:
             for proc in procs:
                 proc.terminate()
@@ -72,6 +78,13 @@ def one_round(clients: int, rate: float, deadline: float) -> dict:
         if server is not None:
             server.terminate()
             server.wait(10)
+
+
+def one_round(clients: int, rate: float, deadline: float) -> dict:
+    with fleet(rate) as bases:
+        time.sleep(1.0)  # leases and membership settle
+        result = asyncio.run(run_herd(bases, clients, split=SPLIT, path="/", background_rate=0, warmup=0.5,
+                                      deadline=deadline))  # fmt: skip
     summary = summarise(result, rate)
     bound = clients / rate
     summary["retry_after_max_ratio"] = round((summary["retry_after_max"] or 0) / bound, 3)

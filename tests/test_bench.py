@@ -78,3 +78,9 @@ def test_fairness_smoke() -> None:
     result = json.loads(out.stdout)
     assert result["lone"]["admitted_per_s"]["alone"] > 0  # behaviour: the server ran and admitted; no speed
     assert len(result["weights"]["admitted_per_s"]) == 3
+
+
+def test_quota_smoke() -> None:
+    result = run(str(BENCH / "quota.py"), "--limit", "20/second", "--seconds", "2", "--rate", "200")
+    assert result["other_statuses"] == 0 and 20 <= result["burst_admitted"] <= 25  # (it refills while spent)
+    assert abs(result["admitted_per_window"] - 20) <= 3  # four replicas, one count

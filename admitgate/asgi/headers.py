@@ -154,13 +154,31 @@ class HeaderPolicy:
         ]
         return headers, body
 
-    def _body(self, retry_after: int) -> tuple[bytes, str]:
+    def quota_rejection(self, retry_after: int, name: str, limit: int, window: int) -> tuple[list[Header], bytes]:
+        """Headers and body for a request over its key's quota of ``limit`` requests per ``window`` s: the
+        rejection's status and fields, with the quota's policy ``name``, ``q=limit;w=window``, ``r=0`` and
+        ``t=retry_after`` (rendered per call: a quota's refusals are not a herd's)."""
+        sf_name = sf_string(name)
+        body, content_type = self._body(retry_after, name)
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+                   (b"retry-after", str(retry_after).encode()), (b"cache-control", b"no-store")]  # fmt: skip
+        if self.draft:
+            headers.append((b"ratelimit-policy", f"{sf_name};q={limit};w={window}".encode()))
+            headers.append((b"ratelimit", f"{sf_name};r=0;t={retry_after}".encode()))
+        if self.legacy:
+            headers += [(b"x-ratelimit-limit", str(limit).encode()), (b"x-ratelimit-remaining", b"0"),
+                        (b"x-ratelimit-reset", str(retry_after).encode())]  # fmt: skip
+        headers.append((EXPOSE, self._expose))
+        return headers, body
+
+    def _body(self, retry_after: int, policy_name: str | None = None) -> tuple[bytes, str]:
+        name = self.policy_name if policy_name is None else policy_name
         if self.body is not None:
             try:
-                return _checked_body(self.body(self.status, retry_after, self.policy_name))
+                return _checked_body(self.body(self.status, retry_after, name))
             except Exception:  # a rejection must still go out: a 500 in a herd would be worse
                 log.warning("admitgate: the 429 body hook failed; sending the problem document", exc_info=True)
-        return problem_body(self.status, retry_after, self.policy_name), PROBLEM_JSON
+        return problem_body(self.status, retry_after, name, quota=policy_name is not None), PROBLEM_JSON
 
 
 def merge_names(first: Iterable[str], then: Iterable[str]) -> list[str]:
@@ -204,13 +222,14 @@ def _checked_body(result: object) -> tuple[bytes, str]:
     return bytes(body), content_type
 
 
-def problem_body(status: int, retry_after: int, policy: str = "admitgate") -> bytes:
-    """An RFC 9457 problem document for a rejection."""
+def problem_body(status: int, retry_after: int, policy: str = "admitgate", *, quota: bool = False) -> bytes:
+    """An RFC 9457 problem document for a rejection (``quota``: the client's quota is used up)."""
+    reason = "Your quota is used up" if quota else "The service is at capacity"
     doc = {
         "type": QUOTA_EXCEEDED if status == 429 else REDUCED_CAPACITY,
         "title": _TITLES[status],
         "status": status,
-        "detail": f"The service is at capacity; retry in {retry_after} s.",
+        "detail": f"{reason}; retry in {retry_after} s.",
         "retry-after": retry_after,
         "violated-policies": [policy],
     }

@@ -46,6 +46,7 @@ from .cors import AppCors, is_preflight
 from .headers import HeaderPolicy, merge_expose
 from .identity import Identity, Recogniser
 from .pacing import hold
+from .quota import Quota, QuotaGuard
 from .routing import Router
 from .startup import built_by_starlette, fail_startup
 from .tenants import Tenancy, Tenants
@@ -78,7 +79,9 @@ class AdmitGate:
     fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
     admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
     ``tenants``: who the tenants are (:class:`~admitgate.asgi.tenants.Tenancy`): each gets its weighted fair share
-    of the capacity and a retry schedule of its own (None: one pool for all, the default).
+    of the capacity and a retry schedule of its own (None: one pool for all, the default). ``quota``: a hard
+    limit per key (:class:`~admitgate.asgi.quota.Quota`, such as ``Quota("100/minute")``), checked before the
+    gate: a request over it is refused without taking a token; with a Redis ``backend`` the count is the fleet's.
     ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
     :class:`~admitgate.core.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
@@ -103,6 +106,7 @@ class AdmitGate:
         backend: str | RedisBudget | None = None,
         workers: int | None = None,
         tenants: Tenancy | None = None,
+        quota: Quota | None = None,
         gate_websockets: bool = False,
         gate: Gate | None = None,
         clock: Clock = time.monotonic,
@@ -129,6 +133,10 @@ class AdmitGate:
             self.router.check_burst(self.gate.pacer.burst)
             self.tenants = None if tenants is None else Tenants(tenants, self.gate, trusted_hops=identity.trusted_hops,
                                                                forwarded=identity.forwarded, now=now)  # fmt: skip
+            if quota is not None and not isinstance(quota, Quota):
+                raise ConfigError("quota", "must be an admitgate.Quota (or None)", quota)
+            self._quota = None if quota is None else QuotaGuard(quota, clock, identity.trusted_hops,
+                                                                identity.forwarded, backend)  # fmt: skip
         except ConfigError as error:
             if not built_by_starlette():
                 raise
@@ -181,6 +189,11 @@ class AdmitGate:
             await self.app(scope, receive, send)
             return
         rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
+        if self._quota is not None and not rule.exempt:  # before the gate: a refusal must not take a token
+            retry_after = await self._quota.refusal(scope)
+            if retry_after is not None:
+                await self._over_quota(scope, send, rule, retry_after)
+                return
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
@@ -283,12 +296,25 @@ class AdmitGate:
         self, scope: Scope, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float
     ) -> None:
         headers, body = self.headers.rejection(retry_after, rate)
-        self.retry_after_counts[bisect_left(RETRY_AFTER_BOUNDS, retry_after)] += 1
-        self.retry_after_sum += retry_after
         if self.ticket is not None and isinstance(ident, str):
             max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
             cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
             headers.append((b"set-cookie", cookie))
+        await self._send_rejection(scope, send, retry_after, headers, body)
+
+    async def _over_quota(self, scope: Scope, send: Send, rule: Rule, retry_after: int) -> None:
+        """Refuse a request over its key's quota: the rejection's status, the quota's fields and body."""
+        if self._tally_on:
+            self._count(rule, REJECTED)
+        guard = self._quota
+        assert guard is not None
+        headers, body = self.headers.quota_rejection(retry_after, guard.quota.name, guard.limit, guard.window)
+        await self._send_rejection(scope, send, retry_after, headers, body)
+
+    async def _send_rejection(self, scope: Scope, send: Send, retry_after: int, headers: list[tuple[bytes, bytes]],
+                              body: bytes) -> None:  # fmt: skip
+        self.retry_after_counts[bisect_left(RETRY_AFTER_BOUNDS, retry_after)] += 1
+        self.retry_after_sum += retry_after
         if not self._cors.resolved:
             self._cors.resolve(self, scope)
         headers = await self._cors.apply(scope, headers)
