@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import grimp
-from importlinter.cli import lint_imports
 
 import admitgate.core
 import admitgate.limit
@@ -35,7 +34,14 @@ def test_the_package_under_test_is_this_checkout() -> None:
 
 
 def test_the_import_contracts_are_kept() -> None:
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+    # in a process of its own: import-linter configures logging (dictConfig), which would silence the
+    # "admitgate" logger for every later test that reads its warnings
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, no_cache=True, no_logo=True))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
