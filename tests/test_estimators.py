@@ -36,8 +36,11 @@ def test_bdp_starts_up_fast_then_probes_by_its_gain_once_it_has_seen_saturation(
     # baseline 0.1 s, delivered 100/s: 10 in flight is exactly no queue; start-up doubles a second
     assert e.estimate(window(now=0.1, dt=1.0)) == pytest.approx(200.0)
     assert e.state == "starting" and e.growth == 1.0
-    # a queue at 200/s offered while 180/s is delivered: the capacity is found (start-up is over)
-    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    # a queue at 200/s offered while 180/s is delivered: held while it stands for the span of the delivered
+    # rate plus a latency (0.5 + 0.1 s), then the capacity is found (start-up is over)
+    assert e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0)) == 200.0
+    assert e.state == "starting"
+    e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
     assert e.state == "draining" and e.mu == 180.0 and e.growth == 0.25
     drain_to_cruise(e)
     assert e.estimate(window(now=5.0, dt=1.0, rate=180.0, completion=180.0, busy=18.0)) == pytest.approx(225.0)
@@ -53,6 +56,7 @@ def test_bdp_starts_up_again_after_a_collapse() -> None:
     e = BandwidthDelay(cruise=0, confirm=1, seed=1)
     e.estimate(window(now=0.1))
     e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
     drain_to_cruise(e)
     assert e.growth == e.probe_gain
     # an outage: 200/s offered, 20/s delivered and the queue grows: below a quarter is a collapse
@@ -84,7 +88,9 @@ def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() ->
     # 100/s delivered × 0.1 s = 10 expected; 20 in flight is 10 queued (> 0.5·10 + 1) -- twice
     first = e.estimate(window(now=0.2, completion=90.0, busy=20.0))
     assert e.state != "draining" and first >= 90
-    rate = e.estimate(window(now=0.3, completion=90.0, busy=20.0))
+    # twice, but the queue has not stood for the delivered rate's span plus a latency (0.6 s): held
+    assert e.estimate(window(now=0.3, completion=90.0, busy=20.0)) == 100.0 and e.state != "draining"
+    rate = e.estimate(window(now=0.8, completion=90.0, busy=20.0))
     assert e.state == "draining" and e.mu == 90.0
     # drain: μ − queued/drain_time = 90 − (20 − 9) / 1 = 79
     assert rate == pytest.approx(79.0)
@@ -94,15 +100,41 @@ def test_bdp_rebaselines_when_draining_does_not_lower_latency() -> None:
     e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, seed=1)
     e.estimate(window(now=0.1))  # baseline 0.1 s
     # the service got twice as slow: 20 in flight at 100/s is a queue by the old baseline
-    target = e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
+    e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
+    target = e.estimate(window(now=0.8, completion=100.0, latency=0.2, busy=20.0))
     assert e.state == "draining"
-    for i in range(3, 40):  # in flight is always admissions × 0.2 s: no queue, at any drain rate
+    for i in range(9, 50):  # in flight is always admissions × 0.2 s: no queue, at any drain rate
         target = e.estimate(window(now=i / 10, completion=target, admit=target, latency=0.2, busy=target * 0.2))
         if e.state != "draining":
             break
     assert e.baseline == pytest.approx(0.2)  # by Little: in flight over admissions
     assert target > 40  # cut by a quarter once to tell a slower service from a queue, not run down
     assert e.state != "draining"
+
+
+def test_bdp_does_not_take_a_herds_first_instants_for_the_capacity() -> None:
+    """A herd fills the service at once: for a latency nothing completes, so the delivered rate is a few per
+    second while in flight jumps. That is the onset of a queue, not a capacity of a few per second."""
+    e = BandwidthDelay(cruise=0, seed=1)
+    e.estimate(window(now=1.0, rate=100.0, completion=20.0, busy=2.0, limiting=False))  # 20/s, baseline 0.1 s
+    for now, delivered in ((1.1, 12.0), (1.2, 6.0), (1.3, 40.0), (1.4, 80.0)):
+        assert e.estimate(window(now=now, rate=100.0, completion=delivered, busy=22.0)) == 100.0  # held
+        assert e.mu is None or e.mu >= 100.0
+    # the queue has stood 0.6 s: now what is delivered is the capacity
+    e.estimate(window(now=1.8, rate=100.0, completion=200.0, busy=40.0))
+    assert e.state == "draining" and e.mu == 200.0
+
+
+def test_bdp_raises_mu_to_what_a_standing_queue_delivers_while_it_drains() -> None:
+    e = BandwidthDelay(confirm=1, cruise=0, drain_time=1.0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=250.0, completion=170.0, busy=90.0))
+    e.estimate(window(now=0.8, rate=250.0, completion=170.0, busy=90.0))  # a noisy first sample
+    assert e.state == "draining" and e.mu == 170.0
+    e.estimate(window(now=0.9, rate=150.0, completion=200.0, busy=80.0))  # the queue still stands
+    assert e.state == "draining" and e.mu == 200.0
+    e.estimate(window(now=1.0, rate=150.0, completion=190.0, busy=70.0))
+    assert e.mu == 200.0  # a maximum: a lower sample does not pull it down
 
 
 def test_bdp_holds_when_app_limited() -> None:

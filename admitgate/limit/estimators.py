@@ -80,6 +80,12 @@ HEALTHY = 0.25
 #: Little's latency (in flight over admissions in 0.2 s) is trusted to reset a baseline only from this
 #: many admissions per second (10 in its 0.2 s): below it, one request more or less moves it by half.
 LITTLE_MIN_RATE = 50.0
+#: Seconds the delivered rate (``Window.delivered``) spans. A queue is a capacity sample only once it has
+#: stood that long plus one baseline latency: before that, the span holds time the service was idle, and the
+#: first completions of a burst come a latency after it (a herd's first 0.2 s "delivers" a few per second).
+DELIVERY_SPAN = 0.5
+#: Seconds the current rate (``Window.current``) spans.
+CURRENT_SPAN = 0.2
 
 
 class Baseline:
@@ -181,6 +187,8 @@ class _Signals(NamedTuple):
     delivered: float  # completions per second over the newest 0.5 s
     queued: float  # requests in flight beyond what the throughput explains
     queueing: bool  # a queue, confirmed
+    over: bool  # more in flight than the throughput explains, in this window
+    sample: float  # what a queue that stood long enough delivered: a capacity (0: no sample yet)
 
 
 class BandwidthDelay(_Measured):
@@ -228,6 +236,7 @@ class BandwidthDelay(_Measured):
         self._plateau: float | None = None  # Little's latency at the first plateau of this drain
         self._plateau_rate = 0.0  # and the delivered rate there
         self._over = 0  # consecutive windows over tolerance
+        self._over_since = 0.0  # when the current run of windows over tolerance began
         self._reprobe_at: float | None = None  # next baseline re-measurement
         self._quiet_until = 0.0  # end of the current re-measurement
         self._quiet_busy = 0.0  # fewest in flight seen during it
@@ -267,13 +276,22 @@ class BandwidthDelay(_Measured):
         expected = max(current, delivered) * base
         queued = w.busy - expected
         over = queued > self.tolerance * expected + 1 or w.drops > 0
+        if over and not self._over:
+            self._over_since = w.now
         self._over = self._over + 1 if over else 0
         # While demand is below the rate, a short queue is a burst of arrivals, and what is delivered is
-        # the demand, not the capacity: act only on a queue that lasts three times as long.
-        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm)
+        # the demand, not the capacity: act only on a queue that lasts three times as long. And what is
+        # delivered measures the capacity only over a span the queue stood through, plus a latency for the
+        # first completions to come (after an idle spell, a herd's first instants deliver nothing for a
+        # latency while in flight jumps): the 0.5 s rate once the queue is that old, the 0.2 s one before.
+        stood = w.now - self._over_since - base if self._over else 0.0
+        sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
+        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and (w.drops > 0 or sample > 0)
+        if w.drops:
+            sample = delivered
         if self.phase is Phase.DRAINING:
             queueing = queued > self.tolerance / 2 * expected + 1 or w.drops > 0  # hysteresis on the way out
-        return _Signals(mu, base, delivered, queued, queueing)
+        return _Signals(mu, base, delivered, queued, queueing, over, sample)
 
     def _remeasure(self, w: Window, s: _Signals) -> float:
         """Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a queue
@@ -302,8 +320,8 @@ class BandwidthDelay(_Measured):
         # Start-up is over when the service delivers a good part of what is offered (its capacity is
         # found). A service that delivers almost nothing of it has collapsed (an outage): when it comes
         # back, its capacity is found again at start-up speed, not at the probing pace.
-        self._started = s.delivered >= w.rate * HEALTHY
-        self.mu = mu = max(s.delivered, 1e-3)
+        self._started = s.sample >= w.rate * HEALTHY
+        self.mu = mu = max(s.sample, 1e-3)
         self.phase, self._drain_at, self._drain_busy, self._plateau = Phase.DRAINING, w.now, w.busy, None
         return self._drain_rate(mu, s.queued)
 
@@ -311,6 +329,10 @@ class BandwidthDelay(_Measured):
         if not s.queueing:
             self._start_cruise(w.now)
             return s.mu
+        if not w.drops and s.sample > s.mu and w.now - self._over_since - s.base >= DELIVERY_SPAN:
+            # The queue stands: what is delivered is the capacity (BBR's max filter). Not while the service
+            # drops requests: its quick errors count as completions.
+            self.mu = s.delivered
         if w.busy < 0.95 * self._drain_busy:
             self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
         elif w.admit_rate > 1.1 * self._drain_target:
@@ -350,6 +372,8 @@ class BandwidthDelay(_Measured):
             self.phase = Phase.CRUISING
             return mu
         self.phase = Phase.PROBING if self._started else Phase.STARTING
+        if s.over:
+            return w.rate  # a queue is forming: hold while it stands long enough to measure what is delivered
         gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
         # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
