@@ -137,6 +137,19 @@ def test_bdp_raises_mu_to_what_a_standing_queue_delivers_while_it_drains() -> No
     assert e.mu == 200.0  # a maximum: a lower sample does not pull it down
 
 
+def test_bdp_lowers_mu_when_a_standing_queue_takes_in_more_than_it_delivers_while_it_drains() -> None:
+    e = BandwidthDelay(confirm=1, cruise=0, drain_time=1.0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=250.0, completion=200.0, busy=40.0))
+    e.estimate(window(now=0.8, rate=250.0, completion=200.0, busy=40.0))
+    assert e.state == "draining" and e.mu == 200.0
+    # the capacity halves: 187/s still go in, 100/s come out, the queue grows; the old samples leave the
+    # one-second filter and μ follows the delivered rate down, with the drain rate under it
+    for i in range(9, 22):
+        rate = e.estimate(window(now=i / 10, rate=187.0, completion=100.0, admit=187.0, busy=40.0 + 9 * i))
+    assert e.state == "draining" and e.mu == 100.0 and rate < 100.0
+
+
 def test_bdp_holds_when_app_limited() -> None:
     e = BandwidthDelay(cruise=0, seed=1)
     assert e.estimate(window(now=0.1, rate=300.0, limiting=False)) == 300.0

@@ -86,6 +86,8 @@ LITTLE_MIN_RATE = 50.0
 DELIVERY_SPAN = 0.5
 #: Seconds the current rate (``Window.current``) spans.
 CURRENT_SPAN = 0.2
+#: Seconds of capacity samples a drain keeps the highest of.
+MAX_FILTER = 1.0
 
 
 class Baseline:
@@ -237,6 +239,7 @@ class BandwidthDelay(_Measured):
         self._plateau_rate = 0.0  # and the delivered rate there
         self._over = 0  # consecutive windows over tolerance
         self._over_since = 0.0  # when the current run of windows over tolerance began
+        self._samples: deque[tuple[float, float]] = deque()  # (time, delivered) while a queue stands in a drain
         self._reprobe_at: float | None = None  # next baseline re-measurement
         self._quiet_until = 0.0  # end of the current re-measurement
         self._quiet_busy = 0.0  # fewest in flight seen during it
@@ -323,16 +326,30 @@ class BandwidthDelay(_Measured):
         self._started = s.sample >= w.rate * HEALTHY
         self.mu = mu = max(s.sample, 1e-3)
         self.phase, self._drain_at, self._drain_busy, self._plateau = Phase.DRAINING, w.now, w.busy, None
+        self._samples.clear()
         return self._drain_rate(mu, s.queued)
 
     def _draining(self, w: Window, s: _Signals) -> float:
         if not s.queueing:
             self._start_cruise(w.now)
             return s.mu
-        if not w.drops and s.sample > s.mu and w.now - self._over_since - s.base >= DELIVERY_SPAN:
-            # The queue stands: what is delivered is the capacity (BBR's max filter). Not while the service
-            # drops requests: its quick errors count as completions.
-            self.mu = s.delivered
+        if not w.drops and w.now - self._over_since - s.base >= DELIVERY_SPAN:
+            # The queue stands: what is delivered is the capacity, the highest of the last second (BBR's max
+            # filter: noise does not pull it down, a capacity that fell does within a second). Not while
+            # the service drops requests: its quick errors count as completions.
+            samples = self._samples
+            samples.append((w.now, s.delivered))
+            while samples[0][0] < w.now - MAX_FILTER:
+                samples.popleft()
+            best = max(v for _, v in samples)
+            if best > s.mu:
+                self.mu = best
+            elif HEALTHY * s.mu <= best < s.mu and w.admit_rate > 1.1 * s.delivered:
+                # More goes in than comes out: the capacity fell while it drained, drain to it. (Where as much
+                # comes out as goes in, the drain rate is what is delivered, not the capacity; a collapse,
+                # an outage, is not a capacity either: start-up finds it again.)
+                self.mu = best
+                self._drain_target = min(self._drain_target, self._drain_rate(best, s.queued))
         if w.busy < 0.95 * self._drain_busy:
             self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
         elif w.admit_rate > 1.1 * self._drain_target:
@@ -372,7 +389,7 @@ class BandwidthDelay(_Measured):
             self.phase = Phase.CRUISING
             return mu
         self.phase = Phase.PROBING if self._started else Phase.STARTING
-        if s.over:
+        if s.over and not self._started:
             return w.rate  # a queue is forming: hold while it stands long enough to measure what is delivered
         gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
