@@ -150,6 +150,20 @@ def test_bdp_lowers_mu_when_a_standing_queue_takes_in_more_than_it_delivers_whil
     assert e.state == "draining" and e.mu == 100.0 and rate < 100.0
 
 
+def test_bdp_ends_a_drain_on_what_is_in_flight_now_not_on_the_lagging_average() -> None:
+    import dataclasses
+
+    e = BandwidthDelay(confirm=1, cruise=0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=250.0, completion=200.0, busy=60.0))
+    e.estimate(window(now=0.8, rate=250.0, completion=200.0, busy=60.0))
+    assert e.state == "draining"
+    # the 0.2 s average still shows 30 in flight (a queue of 10 over the 20 the throughput explains), but
+    # in flight now is 20: the queue is gone, and holding the drain rate would leave the service idle
+    w = dataclasses.replace(window(now=0.9, rate=150.0, completion=200.0, busy=30.0), inflight=20)
+    assert e.estimate(w) == 200.0 and e.state != "draining"
+
+
 def test_bdp_holds_when_app_limited() -> None:
     e = BandwidthDelay(cruise=0, seed=1)
     assert e.estimate(window(now=0.1, rate=300.0, limiting=False)) == 300.0

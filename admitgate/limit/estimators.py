@@ -293,7 +293,9 @@ class BandwidthDelay(_Measured):
         if w.drops:
             sample = delivered
         if self.phase is Phase.DRAINING:
-            queueing = queued > self.tolerance / 2 * expected + 1 or w.drops > 0  # hysteresis on the way out
+            # Hysteresis on the way out, on what is in flight now (BBR's drain: until in flight is down to
+            # the bandwidth-delay product): an average over the newest 0.2 s lags the queue's end.
+            queueing = w.inflight - expected > self.tolerance / 2 * expected + 1 or w.drops > 0
         return _Signals(mu, base, delivered, queued, queueing, over, sample)
 
     def _remeasure(self, w: Window, s: _Signals) -> float:
@@ -348,8 +350,9 @@ class BandwidthDelay(_Measured):
                 # More goes in than comes out: the capacity fell while it drained, drain to it. (Where as much
                 # comes out as goes in, the drain rate is what is delivered, not the capacity; a collapse,
                 # an outage, is not a capacity either: start-up finds it again.)
-                self.mu = best
+                self.mu = best  # and a new drain begins: what was seen at the old capacity says nothing now
                 self._drain_target = min(self._drain_target, self._drain_rate(best, s.queued))
+                self._drain_at, self._drain_busy, self._plateau = w.now, w.busy, None
         if w.busy < 0.95 * self._drain_busy:
             self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
         elif w.admit_rate > 1.1 * self._drain_target:
