@@ -87,8 +87,39 @@ def test_rate_is_finite_within_bounds_and_step_limited(make, steps) -> None:
         t += 0.1
         current = h.rate(t)
         assert math.isfinite(current) and 2 <= current <= 1000
-        assert previous / 1.25 - 1e-9 <= current <= previous * 1.25 + 1e-9
+        assert current <= previous * 1.25 + 1e-9
+        mu = h.estimator.mu
+        if mu is None or mu >= 0.25 * previous:  # only a collapse falls by more than a step
+            assert previous / 1.25 - 1e-9 <= current
         previous = current
+
+
+def test_a_collapse_is_not_damped_on_the_way_down() -> None:
+    """An outage: the estimator measures under a quarter of the rate; the rate goes there in one update, not
+    ÷1.25 per update (about 2 s from 100/s to 10/s, every request of which would fail)."""
+    h = LiveHeadroom(BandwidthDelay(confirm=1, seed=1), initial=100, min_samples=5)
+    p = h.probes
+    t = 0.0
+    for _ in range(20):  # 100/s, 0.1 s each: the baseline; then the service stops completing anything
+        for _ in range(10):
+            p.admit(t)
+            p.complete(0.1, 200, t)
+        p.limited()
+        p.inflight = 10
+        t += 0.1
+        h.rate(t)
+    rate = h.rate(t)
+    while h.estimator.state != "draining":
+        before = rate
+        for _ in range(10):
+            p.admit(t)
+        p.limited()
+        p.inflight += 10
+        t += 0.1
+        rate = h.rate(t)
+        assert t < 3.0
+    assert h.estimator.mu is not None and h.estimator.mu < 0.25 * before
+    assert rate < before / 1.25**2  # in the very update that found it
 
 
 def test_gate_reads_probes_and_reports_state() -> None:

@@ -289,7 +289,9 @@ class BandwidthDelay(_Measured):
         # latency while in flight jumps): the 0.5 s rate once the queue is that old, the 0.2 s one before.
         stood = w.now - self._over_since - base if self._over else 0.0
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
-        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and (w.drops > 0 or sample > 0)
+        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and (
+            w.drops > 0 or stood >= CURRENT_SPAN
+        )
         if w.drops:
             sample = delivered
         if self.phase is Phase.DRAINING:

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from ..core.errors import ConfigError, integer, non_negative, number, positive
 from ..core.settings import MAX_RATE, MIN_RATE
-from .estimators import Estimator, Window
+from .estimators import HEALTHY, Estimator, Window
 from .probes import Probes
 
 log = logging.getLogger("admitgate")
@@ -256,7 +256,11 @@ class LiveHeadroom:
         if not math.isfinite(target):
             target = self._rate
         old, step = self._rate, 1 + self.max_step  # a step is symmetric on a log scale: ×1.25 or ÷1.25
-        target = min(max(target, old / step), old * step)
+        mu = self.estimator.mu if self.estimator.measured else None
+        if mu is not None and mu < HEALTHY * old:  # a collapse (an outage) is not noise: no damping on the way down
+            target = min(target, old * step)
+        else:
+            target = min(max(target, old / step), old * step)
         self._rate = min(max(target, self.floor), self.ceiling)
         return self._rate
 
