@@ -290,15 +290,30 @@ def test_a_new_tenant_whose_share_is_held_by_others_gets_it_within_a_tenth_of_th
     assert run.rate("late", 1, 5) >= 97
 
 
+def test_a_tenant_whose_clients_come_in_bursts_keeps_its_share_between_them() -> None:
+    """60 clients held together and sent back together every second: every other 0.5 s interval sees none of
+    them. Judged interval by interval, the tenant would lose its share (and its schedule's pace) in each."""
+    tenants = table()
+    for step in range(600):  # 6 s; "modest" asks 100/s throughout
+        now = step / 100
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("modest"))
+        if step % 100 == 0:
+            for c in range(60):
+                tenants.admit(1.0, DEFAULT, now + c / 1000, lambda: None, scope("bursty"))
+        if step >= 200:
+            bursty = tenants.pool_of("bursty", now)
+            assert bursty.demand > 20 and bursty.share.value > 20, (now, bursty.demand, bursty.share.value)
+
+
 def test_retries_of_clients_that_ignore_retry_after_are_not_demand() -> None:
     tenants = table()
-    for step in range(400):  # 4 s: "abuser" has 20 clients asking every 100 ms whatever they are told (holds
+    for step in range(500):  # 5 s: "abuser" has 20 clients asking every 100 ms whatever they are told (holds
         # are never ended here: only the demand the table measures is looked at)
         now = step / 100
         tenants.admit(1.0, DEFAULT, now, lambda: None, scope("modest"))
         if step % 10 == 0:
             for c in range(20):
                 tenants.admit(1.0, DEFAULT, now + c / 1000, lambda c=c: f"a{c}", scope("abuser"))
-    abuser = tenants.pool_of("abuser", 4.0)
+    abuser = tenants.pool_of("abuser", 5.0)
     assert abuser.gate.stats.early > 100  # many of its retries came early (told to wait, they did not) ...
     assert abuser.demand < 100  # ... and are not counted: it made 200 attempts/s

@@ -115,9 +115,11 @@ class Router:
         for rule in [*self.rules, self.default]:
             usable = burst * (1 - rule.priority.reserve)
             if not rule.exempt and not rule.priority.critical and rule.cost > usable:
-                field = f"{self._fields[id(rule)]}.cost" if rule is not self.default else "burst"
+                field = f"{self._fields[id(rule)]}.cost" if rule is not self.default else \
+                    "default_class" if rule.priority.reserve else "burst"  # fmt: skip
                 raise ConfigError(field, f"a burst of {burst:g} tokens (less the {rule.priority.name!r} class's "
-                                         f"reserve) can never admit it; raise the burst", rule.cost)  # fmt: skip
+                                         f"reserve) can never admit a request of cost {rule.cost:g}; raise the burst",
+                                  rule.priority.name if field == "default_class" else rule.cost)  # fmt: skip
 
     def _cost(self, field: str, cost: object) -> float:
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 < cost < float("inf"):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,9 +54,12 @@ SLACK = 1.25
 #: A pool's measured demand moves this fraction of the way to each interval's count (an exponential average:
 #: a rate moved by noise would move its pacer's queued reservations, and cut the last of them short)...
 SMOOTHING = 0.3
-#: ... unless the count is this many times the average, or this many times less: a surge (or a burst that is
-#: over) is believed at once.
+#: ... unless the newest interval's count is this many times the average (a surge: believed at once), or the
+#: count over the last ``SPAN`` intervals is this many times less (a fall: believed at once).
 SURGE = 1.5
+#: Intervals a fall is judged over: a tenant whose clients come in bursts (held together, sent back
+#: together) asks nothing for an interval or two between them, and must not lose its share each time.
+SPAN = 3
 #: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
 #: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
 EARLY = 0.1
@@ -163,7 +167,7 @@ class Share:
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "demand", "gate", "name", "rejected", "share", "weight")
+    __slots__ = ("asked", "awake", "counts", "demand", "gate", "name", "rejected", "share", "spans", "weight")
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -171,6 +175,8 @@ class Pool:
         self.demand = 0.0  #: requests/s asked, as of the last reallocation
         self.rejected = 0  #: rejections so far
         self.awake = False  #: it has asked since it was last idle at a reallocation
+        self.counts: deque[float] = deque(maxlen=SPAN)  #: cost asked in each of the last SPAN intervals
+        self.spans: deque[float] = deque(maxlen=SPAN)  #: and their lengths, seconds
 
     def set_share(self, rate: float, entitlement: float, burst: float, now: float) -> None:
         share = self.share
@@ -316,8 +322,13 @@ class Tenants:
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
             asked = pool.asked / elapsed
-            steady = pool.demand / SURGE <= asked <= pool.demand * SURGE
-            pool.demand = pool.demand + SMOOTHING * (asked - pool.demand) if steady else asked
+            pool.counts.append(pool.asked)
+            pool.spans.append(elapsed)
+            span = math.fsum(pool.counts) / math.fsum(pool.spans)  # requests/s over the last SPAN intervals
+            if asked > pool.demand * SURGE or span < pool.demand / SURGE:
+                pool.demand = max(asked, span) if asked > pool.demand * SURGE else span
+            else:
+                pool.demand += SMOOTHING * (span - pool.demand)
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0

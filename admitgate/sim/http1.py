@@ -12,13 +12,16 @@ class Http1Client:
     """A lean HTTP/1.1 GET client on asyncio streams: the load generator must not be the bottleneck.
 
     One connection, kept alive when ``keep_alive``; echoes the gate's retry cookie when
-    ``cookies``. Returns (status, Retry-After or None); status 0 on any transport error.
+    ``cookies``; sends ``headers`` (name -> value) with every request. Returns (status, Retry-After or
+    None); status 0 on any transport error.
     """
 
-    __slots__ = ("_cookie", "_reader", "_writer", "cookies", "host", "keep_alive", "port")
+    __slots__ = ("_cookie", "_extra", "_reader", "_writer", "cookies", "host", "keep_alive", "port")
 
-    def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True) -> None:
+    def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True,
+                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
         self.host, self.port, self.keep_alive, self.cookies = host, port, keep_alive, cookies
+        self._extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in (headers or {}).items())
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._cookie = b""
@@ -45,7 +48,7 @@ class Http1Client:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         reader, writer = self._reader, self._writer
         assert reader is not None
-        head = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host.encode() + b"\r\n"
+        head = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host.encode() + b"\r\n" + self._extra
         if self._cookie:
             head += b"Cookie: " + self._cookie + b"\r\n"
         if not self.keep_alive:
