@@ -21,7 +21,7 @@ import asyncio
 import math
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, make_asgi_app
@@ -54,6 +54,10 @@ RETRY_AFTER = f"{PREFIX}_retry_after_seconds"  # histogram of Retry-After values
 OUTCOMES = f"{PREFIX}_responses"  # counter {outcome}: ok | dropped (5xx) | error (exception)
 BACKEND_ERRORS = f"{PREFIX}_backend_errors"  # counter: shared-backend failures (0 with the in-memory backend)
 FALLBACK = f"{PREFIX}_backend_fallback"  # gauge: 1 while running on a local fallback
+TENANT_REJECTED = f"{PREFIX}_tenant_rejected_requests"  # counter {tenant}: the TOP_TENANTS most rejected tenants
+TENANT_SHARE = f"{PREFIX}_tenant_share_requests_per_second"  # gauge {tenant}: their share of the capacity now
+#: Tenants exported by name: the most rejected ones, so the series stay bounded however many keys there are.
+TOP_TENANTS = 10
 
 #: The middleware's tally per (route template, class): a list of counts indexed by these. A request
 #: is counted once, when its fate is known: let through at once, let through after a pacing hold,
@@ -75,6 +79,7 @@ class Snapshot:
     gauges: dict[str, float]  # metric name -> value
     estimator: tuple[str, str]  # (estimator, state)
     histograms: dict[str, tuple[tuple[float, ...], list[int], float]]  # name -> (bounds, per-bound counts, sum)
+    tenants: list[tuple[str, int, float]] = field(default_factory=list)  # (tenant, rejections, share requests/s)
 
 
 _GAUGES = (
@@ -102,10 +107,20 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     REQUEST_LATENCY: "Latency from admission to the last body byte (seconds).",
     PACING: "Pacing holds (seconds).",
     RETRY_AFTER: "Retry-After values sent with rejections (seconds).",
+    TENANT_REJECTED: f"Rejections of the {TOP_TENANTS} tenants rejected most (tenants on).",
+    TENANT_SHARE: f"Share of the capacity of the {TOP_TENANTS} tenants rejected most, now (requests/s).",
 }
 #: Multi-process mode: gauges that add up over a server's processes (each process has its own share
 #: of the rate and its own requests); the others take the largest value over live processes.
 _SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT, HOLDERS})
+
+
+class Ranked(Protocol):
+    """The tenants' table, as the collectors read it (:class:`~admitgate.asgi.tenants.Tenants` is one)."""
+
+    def top(self, k: int, now: float) -> list[tuple[str, int, float]]:
+        """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s)."""
+        ...
 
 
 class Tallied(Protocol):
@@ -163,7 +178,9 @@ def snapshot(middleware: Tallied) -> Snapshot:
                     "error": probes.total_errors}  # fmt: skip
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
     counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow}
-    return Snapshot(requests, paced, outcomes, counters, gauges, estimator, histograms)
+    tenants: Ranked | None = getattr(middleware, "tenants", None)
+    top = tenants.top(TOP_TENANTS, now) if tenants is not None else []
+    return Snapshot(requests, paced, outcomes, counters, gauges, estimator, histograms, top)
 
 
 def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
@@ -207,6 +224,14 @@ class GateCollector(Collector):
             yield CounterMetricFamily(name, _DOC[name], value=count)
         for name, (bounds, counts, total) in snap.histograms.items():
             yield HistogramMetricFamily(name, _DOC[name], buckets=_buckets(bounds, counts), sum_value=total)
+        if snap.tenants:
+            rejected = CounterMetricFamily(TENANT_REJECTED, _DOC[TENANT_REJECTED], labels=["tenant"])
+            share = GaugeMetricFamily(TENANT_SHARE, _DOC[TENANT_SHARE], labels=["tenant"])
+            for tenant, count, rate in snap.tenants:
+                rejected.add_metric([tenant], count)
+                share.add_metric([tenant], rate)
+            yield rejected
+            yield share
 
 
 def multiprocess_dir() -> str | None:
@@ -238,6 +263,8 @@ class MultiprocessSync:
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
         self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW)}
+        self.tenants = Counter(TENANT_REJECTED, _DOC[TENANT_REJECTED], ["tenant"], registry=None)
+        self._rejected: dict[str, int] = {}  # rejections of each tenant as written to this process's file
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {
@@ -278,6 +305,11 @@ class MultiprocessSync:
             _inc(self.outcomes.labels(outcome), count - (last.outcomes.get(outcome, 0) if last else 0))
         for name, count in snap.counters.items():
             _inc(self.counters[name], count - (last.counters[name] if last else 0))
+        if len(self._rejected) > 100 * TOP_TENANTS:  # bounded: a tenant back in the top after this counts twice
+            self._rejected = {}
+        for tenant, count, _ in snap.tenants:  # (a tenant's share is not exported here: a process's gauge
+            _inc(self.tenants.labels(tenant), count - self._rejected.get(tenant, 0))  # cannot be withdrawn)
+            self._rejected[tenant] = count
         for name, value in snap.gauges.items():
             gauge = self.gauges.get(name)
             if gauge is None:

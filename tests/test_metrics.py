@@ -84,6 +84,50 @@ async def test_exposition_is_derived_from_the_gate(clock: ManualClock) -> None:
     assert not any("items/1" in str(labels) for _, labels in got)  # templates, never raw paths
 
 
+@pytest.mark.anyio
+async def test_the_most_rejected_tenants_are_exported_by_a_digest_of_their_key(clock: ManualClock) -> None:
+    from admitgate import Tenancy
+    from tests.test_middleware import call, http_scope
+
+    async def run(tenancy: Tenancy) -> dict[tuple[str, tuple], float]:
+        registry = CollectorRegistry()
+        gate = AdmitGate(ok_app, rate=30, clock=clock, metrics=registry, tenants=tenancy,
+                         settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))  # fmt: skip
+        for i in range(15):  # 15 tenants; tenant i sends 5 + i requests at once: the later ones rejected more
+            for _ in range(5 + i):
+                await call(gate, http_scope("/", headers=[(b"x-api-key", f"key-{i:02}".encode())]))
+        return samples(registry)
+
+    got = await run(Tenancy(key="header:x-api-key", establish=1))
+    rejected = {dict(labels)["tenant"]: v for (name, labels), v in got.items() if name == f"{m.TENANT_REJECTED}_total"}
+    shares = {dict(labels)["tenant"] for (name, labels), _ in got.items() if name == m.TENANT_SHARE}
+    assert len(rejected) == m.TOP_TENANTS and shares == set(rejected)
+    assert not any("key-" in str(labels) for _, labels in got)  # a tenant key may be a secret: never shown
+    assert all(re.fullmatch(r"#[0-9a-f]{12}", tenant) for tenant in rejected)
+    named = await run(Tenancy(key="header:x-api-key", establish=1, label=str))
+    tenants = {dict(labels)["tenant"] for (name, labels), _ in named.items() if name == f"{m.TENANT_REJECTED}_total"}
+    assert tenants == {f"key-{i:02}" for i in range(5, 15)}  # the ten rejected most
+
+
+@pytest.mark.anyio
+async def test_multiprocess_mode_counts_the_most_rejected_tenants_once(clock: ManualClock) -> None:
+    """What each sync adds to the tenants' counter is the increase since the last one (the process's files
+    add up every process's counts; read here through the counter's own collect())."""
+    from admitgate import Tenancy
+    from tests.test_middleware import call, http_scope
+
+    gate = AdmitGate(ok_app, rate=30, clock=clock, tenants=Tenancy(key="header:x-api-key", establish=1, label=str),
+                     settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))  # fmt: skip
+    sync = m.MultiprocessSync(gate)
+    for _ in range(2):
+        for _ in range(4):
+            await call(gate, http_scope("/", headers=[(b"x-api-key", b"acme")]))
+        sync.sync()
+    [family] = sync.tenants.collect()
+    counts = {s.labels["tenant"]: s.value for s in family.samples if s.name.endswith("_total")}
+    assert counts == {"acme": 7}  # the clock stands still: the first request in, the 7 others rejected
+
+
 def test_no_registry_no_metrics() -> None:
     gate = AdmitGate(ok_app, rate=5)
     assert gate.tally == {} and not gate._tally_on
