@@ -317,3 +317,19 @@ def test_retries_of_clients_that_ignore_retry_after_are_not_demand() -> None:
     abuser = tenants.pool_of("abuser", 5.0)
     assert abuser.gate.stats.early > 100  # many of its retries came early (told to wait, they did not) ...
     assert abuser.demand < 100  # ... and are not counted: it made 200 attempts/s
+
+
+def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rate() -> None:
+    """With tenants on, every decision is taken in a pool; the estimator learning μ reads the root's probes.
+    Unless the pools report pacing and rejections there, it sees a gate that never limits (app-limited)
+    and never raises μ past its first guess: a herd in one tenant then drained at 2.3× its bound."""
+    from admitgate import BandwidthDelay, LiveHeadroom
+
+    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=10)
+    root = Gate(headroom, Settings(tarpit=0.0))
+    tenants = Tenants(Tenancy(establish=1), root)
+    for i in range(50):  # far above 10/s at one instant: paced, then rejected
+        tenants.admit(1.0, DEFAULT, 0.0, lambda i=i: i, scope("big"))
+    probes = headroom.probes
+    probes.roll(probes.width)  # close the bucket they fell in
+    assert probes.paced > 0 and probes.ring[-1].shed >= 40

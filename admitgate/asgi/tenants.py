@@ -292,7 +292,9 @@ class Tenants:
     def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
         share = Share(entitlement, entitlement, self.root.growth)
-        return Pool(name, weight, Gate(share, self._settings, now=now), share)
+        gate = Gate(share, self._settings, now=now)
+        gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
+        return Pool(name, weight, gate, share)
 
     # -- shares ---------------------------------------------------------------------------
     def _entitlement(self, weight: float, total: float) -> float:
@@ -349,7 +351,9 @@ class Tenants:
             shares[index] += left * weights[index] / total
         level = max((share / weights[index] for index, share in shares.items()), default=0.0)
         self._assigned = 0.0
+        growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
         for index, pool in enumerate(pools):
+            pool.share.growth = growth
             if index in shares:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate

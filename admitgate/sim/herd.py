@@ -60,6 +60,7 @@ async def run_herd(
     warmup: float = 6.0,
     steps: Sequence[tuple[float, int]] = (),
     seed: int = 1,
+    headers: dict[str, str] | None = None,
 ) -> HerdResult:
     """Release ``clients`` at once against ``base_url``; see the module docstring.
 
@@ -68,7 +69,8 @@ async def run_herd(
     seconds before the release, as steady traffic would be (the gate measures λ_new over
     the last five whole seconds). ``steps``: ``(seconds after the release, workers)``, sent
     to the demo service's ``/stats?workers=``. Several base URLs (replicas) share the herd in the
-    proportions ``split`` (default: evenly); each client keeps to its own.
+    proportions ``split`` (default: evenly); each client keeps to its own. ``headers``: sent with every
+    herd request (a tenant's key, say); new arrivals send none.
     """
     rng = random.Random(seed)
     result = HerdResult(clients)
@@ -78,7 +80,8 @@ async def run_herd(
     edges = list(itertools.accumulate(w / sum(weights) * clients for w in weights))
     home = [targets[min(bisect.bisect_right(edges, i), len(targets) - 1)] for i in range(clients)]
     host, port = targets[0]
-    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable) for i in range(clients)]
+    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable, headers=headers)
+            for i in range(clients)]  # fmt: skip
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
     release = time.monotonic() + warmup
     stop_at = release + deadline
