@@ -43,6 +43,15 @@ def admitgate() -> Starlette:
     return app
 
 
+def admitgate_tenants() -> Starlette:
+    """Tenants on (keyed by x-api-key; the benchmark sends one), the static rate never binding: the tenant path."""
+    from admitgate import Tenancy
+
+    app = _app()
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=Tenancy(key="header:x-api-key"))
+    return app
+
+
 def _live(**options) -> Starlette:
     from admitgate import BandwidthDelay, LiveHeadroom
 

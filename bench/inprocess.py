@@ -34,7 +34,8 @@ from admitgate.core.pacer import TokenPacer
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
          "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
-         "server": ("127.0.0.1", 8000), "headers": [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"b")]}  # fmt: skip
+         "server": ("127.0.0.1", 8000),
+         "headers": [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"b"), (b"x-api-key", b"tenant-1")]}  # fmt: skip
 REQUEST = {"type": "http.request", "body": b"", "more_body": False}
 
 
@@ -75,6 +76,13 @@ def gate(app):
     return AdmitGate(app, rate=1e9, settings=Settings(burst=1e9))
 
 
+def tenants(app):
+    """Tenants on, keyed by x-api-key (the scope carries one): each request is decided in its tenant's pool."""
+    from admitgate import Tenancy
+
+    return AdmitGate(app, rate=1e9, settings=Settings(burst=1e9), tenants=Tenancy(key="header:x-api-key"))
+
+
 def live(app, metrics: bool = False):
     """Live headroom (probes on every request), optionally with Prometheus metrics (read at scrape time)."""
     from prometheus_client import CollectorRegistry
@@ -89,7 +97,8 @@ def variant_apps() -> dict:
     hello = starlette_hello()
     return {
         "trivial": trivial, "passthrough": PassThrough(trivial), "admitgate": gate(trivial),
-        "admitgate-live": live(trivial), "admitgate-metrics": live(trivial, metrics=True),
+        "admitgate-tenants": tenants(trivial), "admitgate-live": live(trivial),
+        "admitgate-metrics": live(trivial, metrics=True),
         "starlette": hello, "starlette+passthrough": PassThrough(hello), "starlette+admitgate": gate(hello),
         "starlette+admitgate-metrics": live(hello, metrics=True),
     }  # fmt: skip
@@ -124,6 +133,7 @@ async def main(rounds: int, n: int) -> dict:
     samples: dict[str, list[float]] = {name: [] for name in variants}
     added: list[float] = []
     added_live: list[float] = []
+    added_tenants: list[float] = []
     added_metrics: list[float] = []
     added_starlette: list[float] = []
     pacer: list[float] = []
@@ -135,6 +145,7 @@ async def main(rounds: int, n: int) -> dict:
             samples[name].append(value)
         added.append(got["admitgate"] - got["trivial"])
         added_live.append(got["admitgate-live"] - got["trivial"])
+        added_tenants.append(got["admitgate-tenants"] - got["trivial"])
         added_metrics.append(got["admitgate-metrics"] - got["trivial"])
         added_starlette.append(got["starlette+admitgate"] - got["starlette"])
         pacer.append(pacer_ns(n))
@@ -145,6 +156,7 @@ async def main(rounds: int, n: int) -> dict:
         "us_per_request_median": med,
         "admitgate_added_us_median": round(statistics.median(added), 3),
         "admitgate_live_added_us_median": round(statistics.median(added_live), 3),
+        "admitgate_tenants_added_us_median": round(statistics.median(added_tenants), 3),
         "admitgate_metrics_added_us_median": round(statistics.median(added_metrics), 3),
         "starlette_metrics_ratio_median": round(statistics.median(s / g for s, g in zip(
             samples["starlette"], samples["starlette+admitgate-metrics"], strict=True)), 3),
@@ -227,6 +239,7 @@ if __name__ == "__main__":
         print(f"admitgate added (vs trivial app)     {result['admitgate_added_us_median']:.3f} µs")
         print(f"admitgate added (vs Starlette hello) {result['admitgate_added_over_starlette_us_median']:.3f} µs")
         print(f"admitgate live added (vs trivial)    {result['admitgate_live_added_us_median']:.3f} µs")
+        print(f"admitgate tenants added (vs trivial) {result['admitgate_tenants_added_us_median']:.3f} µs")
         print(f"admitgate live+metrics added         {result['admitgate_metrics_added_us_median']:.3f} µs")
         print(f"Starlette ratio gate+metrics/bare    {result['starlette_metrics_ratio_median']:.3f}")
         print(f"Starlette throughput ratio gate/bare {result['starlette_ratio_median']:.3f}")

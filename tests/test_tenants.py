@@ -333,3 +333,12 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
     probes = headroom.probes
     probes.roll(probes.width)  # close the bucket they fell in
     assert probes.paced > 0 and probes.ring[-1].shed >= 40
+
+
+def test_a_tenant_established_while_the_capacity_is_idle_is_not_turned_away() -> None:
+    """The newcomers' pool held all of an idle capacity; a tenant established on its third request found no
+    rate left until the next reallocation, and its fourth and fifth requests were rejected at 1e6/s."""
+    tenants = table(rate=1e6)
+    verdicts = [tenants.admit(1.0, DEFAULT, 0.001 * i, lambda: None, scope("acme")).verdict for i in range(10)]
+    assert verdicts == [Verdict.ADMIT] * 10
+    assert tenants.pool_of("acme", 0.01).share.value > 1000

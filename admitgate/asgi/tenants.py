@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
@@ -64,6 +65,8 @@ SPAN = 3
 #: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
 #: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
 EARLY = 0.1
+#: A waking pool looks at most this many others for a share they do not use (a bounded cost per wake-up).
+RECLAIM_SCAN = 64
 #: A weight is a number in (0, MAX_WEIGHT].
 MAX_WEIGHT = 1e6
 #: Critical traffic never leaves less than this share of the capacity to divide among tenants.
@@ -91,7 +94,10 @@ def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "
         raw = spec[len("header:") :].strip().lower().encode("ascii")
 
         def header(scope: Scope) -> str | None:
-            value = b", ".join(v for k, v in scope.get("headers") or () if k == raw)
+            value = None
+            for k, v in scope.get("headers") or ():
+                if k == raw:
+                    value = v if value is None else value + b", " + v  # (several lines: one list, RFC 9110)
             return _name(value.decode("latin-1")) if value else None
 
         return header
@@ -249,11 +255,33 @@ class Tenants:
         pool.awake = True
         self._active_weight += pool.weight
         entitlement = self._entitlement(pool.weight, self._active_weight)
+        if self._available - self._assigned < entitlement:
+            self._reclaim(pool, entitlement - max(0.0, self._available - self._assigned), now)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
         pool.set_share(rate, entitlement, self._burst(rate), now)
         if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
             self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
+
+    def _reclaim(self, waking: Pool, wanted: float, now: float) -> None:
+        """Take back up to ``wanted`` requests/s from pools whose rate exceeds what they use (their measured
+        demand, or what they asked so far this interval, whichever is more, times ``SLACK`` plus one): a share
+        nobody uses is no reason to turn a waking tenant away until the next reallocation. The sum of the
+        rates stays within the capacity. At most ``RECLAIM_SCAN`` pools are looked at (the newcomers' first)."""
+        elapsed = max(now - self._last, self.tenancy.interval * EARLY)
+        for other in itertools.islice(itertools.chain((self.newcomers,), self._pools.values(now)), RECLAIM_SCAN):
+            if wanted <= 0:
+                break
+            if other is waking or not other.awake:
+                continue
+            using = max(other.demand, other.asked / elapsed) * SLACK + 1.0
+            spare = other.share.value - max(using, MIN_RATE)
+            if spare > 0:
+                cut = min(spare, wanted)
+                rate = other.share.value - cut
+                other.set_share(rate, other.share.capacity, self._burst(rate), now)
+                self._assigned -= cut
+                wanted -= cut
 
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
