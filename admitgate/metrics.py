@@ -122,6 +122,10 @@ class Ranked(Protocol):
         """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s)."""
         ...
 
+    def gates(self, now: float) -> list[Gate]:
+        """Every live tenant's gate (they pace and hold places; the root gate only charges critical traffic)."""
+        ...
+
 
 class Tallied(Protocol):
     """What the collectors read: the gate, its clock and the per-route tallies (the middleware is one).
@@ -166,7 +170,7 @@ def snapshot(middleware: Tallied) -> Snapshot:
     backend = getattr(gate, "backend", None)
     gauges[FALLBACK] = float(getattr(backend, "degraded", False))
     histograms: dict[str, tuple[tuple[float, ...], list[int], float]] = {
-        PACING: (PACING_BOUNDS, list(gate.pacing_histogram), gate.pacing_seconds),
+        PACING: (PACING_BOUNDS, list(gate.stats.pacing.counts), gate.stats.pacing.seconds),
         RETRY_AFTER: (RETRY_AFTER_BOUNDS, list(middleware.retry_after_counts), float(middleware.retry_after_sum)),
     }
     outcomes: dict[str, int] = {}
@@ -179,7 +183,13 @@ def snapshot(middleware: Tallied) -> Snapshot:
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
     counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow}
     tenants: Ranked | None = getattr(middleware, "tenants", None)
-    top = tenants.top(TOP_TENANTS, now) if tenants is not None else []
+    top: list[tuple[str, int, float]] = []
+    if tenants is not None:  # the gauges of the gates that pace and hold places: the tenants'
+        top = tenants.top(TOP_TENANTS, now)
+        pools = tenants.gates(now)
+        gauges[WAITERS] += sum(g.waiters for g in pools)
+        gauges[HOLDERS] += sum(g.schedule.holders for g in pools)
+        gauges[WINDOW] = max([gauges[WINDOW], *(g.schedule.horizon(now) for g in pools)])
     return Snapshot(requests, paced, outcomes, counters, gauges, estimator, histograms, top)
 
 

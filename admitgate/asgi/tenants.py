@@ -322,6 +322,7 @@ class Tenants:
         share = Share(entitlement, entitlement, self.root.growth)
         gate = Gate(share, self._settings, now=now)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
+        gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
         return Pool(name, weight, gate, share)
 
     # -- shares ---------------------------------------------------------------------------
@@ -331,6 +332,10 @@ class Tenants:
     def _burst(self, rate: float) -> float:
         """A pool's bucket: its part of the root's burst, at least one token."""
         return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
+
+    def gates(self, now: float) -> list[Gate]:
+        """Every live pool's gate, the newcomers' last."""
+        return [pool.gate for pool in self.pools(now)]
 
     def pools(self, now: float) -> list[Pool]:
         """Every live pool, the newcomers' last."""

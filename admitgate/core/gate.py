@@ -36,7 +36,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from ..limit.headroom import Headroom, StaticHeadroom
@@ -100,18 +100,33 @@ ADMITTED = Decision(Verdict.ADMIT)
 
 
 @dataclass(slots=True)
+class Pacing:
+    """Pacing holds that began, per PACING_BOUNDS bound as planned (then +Inf; not cumulative), and their
+    planned total in seconds. Its own object so that several gates (a tenant's each) can count into one."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(PACING_BOUNDS) + 1))
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
 class GateStats:
-    """Counters (requests). Admissions at once from the bucket are counted by the pacer (``pacer.taken``)."""
+    """The gate's counters (requests; the one place that counts them, and what metrics export). Admissions
+    at once from the bucket are counted by the pacer (``pacer.taken``)."""
 
     critical: int = 0  # critical requests (never shed; charged first)
     contended: int = 0  # requests that found no free token (then paced, scheduled or rejected)
     returning: int = 0  # requests from clients holding a place in the schedule
-    paced: int = 0  # holds that began (a reserved token, or a returning client waiting for its place)
+    pacing: Pacing = field(default_factory=Pacing)  # holds (a reserved token, or a client waiting for its place)
     scheduled: int = 0  # returning clients admitted at their place
     rejected: int = 0
     early: int = 0  # rejections of clients back before the time they were told (they ignore Retry-After)
     abandoned: int = 0  # paced requests whose client went away
     overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a folded value within it)
+
+    @property
+    def paced(self) -> int:
+        """Pacing holds that began."""
+        return sum(self.pacing.counts)
 
 
 class NewRate:
@@ -179,8 +194,6 @@ class Gate:
         self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
         self._new = NewRate(s.new_window, now)
         self.stats = GateStats()
-        self.pacing_histogram = [0] * (len(PACING_BOUNDS) + 1)  #: pacing holds per bound (then +Inf), not cumulative
-        self.pacing_seconds = 0.0  #: total pacing hold, seconds
         #: probe aggregates the middleware records into, if the headroom source reads them (else None)
         self.probes: Probes | None = getattr(self.headroom, "probes", None)
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
@@ -376,11 +389,11 @@ class Gate:
     def _pace(self, wait: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
               token: float | None, since: float) -> Decision:  # fmt: skip
         self.waiters += 1
-        self.stats.paced += 1
-        self.pacing_histogram[bisect_left(PACING_BOUNDS, wait)] += 1
-        self.pacing_seconds += wait
+        pacing = self.stats.pacing
+        pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
+        pacing.seconds += wait
         if self.probes is not None:
-            self.probes.limited(wait)
+            self.probes.limited()
         return Decision(Verdict.PACE, wait, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
                         since)  # fmt: skip
 

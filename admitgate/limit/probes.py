@@ -66,8 +66,6 @@ class Probes:
         "_total_latency",
         "histogram",
         "inflight",
-        "paced",
-        "pacing_delay",
         "ring",
         "width",
     )  # fmt: skip
@@ -83,8 +81,8 @@ class Probes:
         self._latency = 0.0
         self._area, self._t = 0.0, now  # in-flight × seconds so far in the bucket, and when it was last moved
         # lifetime totals of closed buckets (the properties below add the open one)
-        self._total = self._total_drops = self._total_errors = self.paced = 0
-        self._total_latency = self.pacing_delay = 0.0
+        self._total = self._total_drops = self._total_errors = 0
+        self._total_latency = 0.0
         self.histogram = [0] * (len(LATENCY_BOUNDS) + 1)  # per bound, then +Inf; not cumulative
 
     # -- the request path (O(1), a handful of attribute updates) ------------------------------
@@ -126,12 +124,9 @@ class Probes:
         self._t = now
         self.inflight = inflight - 1
 
-    def limited(self, delay: float = 0.0) -> None:
-        """The gate paced (``delay`` > 0, seconds) or rejected a request: demand exceeds the rate."""
+    def limited(self) -> None:
+        """The gate paced or rejected a request: demand exceeds the rate (the gate counts which, and how long)."""
         self._shed += 1
-        if delay:
-            self.paced += 1
-            self.pacing_delay += delay
 
     # -- readers -----------------------------------------------------------------------------
     @property
