@@ -237,7 +237,11 @@ class GateCollector(Collector):
         if snap.tenants:
             rejected = CounterMetricFamily(TENANT_REJECTED, _DOC[TENANT_REJECTED], labels=["tenant"])
             share = GaugeMetricFamily(TENANT_SHARE, _DOC[TENANT_SHARE], labels=["tenant"])
+            merged: dict[str, tuple[int, float]] = {}  # (a user's label may name two tenants alike: one series)
             for tenant, count, rate in snap.tenants:
+                before = merged.get(tenant, (0, 0.0))
+                merged[tenant] = (before[0] + count, before[1] + rate)
+            for tenant, (count, rate) in merged.items():
                 rejected.add_metric([tenant], count)
                 share.add_metric([tenant], rate)
             yield rejected
@@ -273,8 +277,6 @@ class MultiprocessSync:
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
         self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW)}
-        self.tenants = Counter(TENANT_REJECTED, _DOC[TENANT_REJECTED], ["tenant"], registry=None)
-        self._rejected: dict[str, int] = {}  # rejections of each tenant as written to this process's file
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {
@@ -315,11 +317,6 @@ class MultiprocessSync:
             _inc(self.outcomes.labels(outcome), count - (last.outcomes.get(outcome, 0) if last else 0))
         for name, count in snap.counters.items():
             _inc(self.counters[name], count - (last.counters[name] if last else 0))
-        if len(self._rejected) > 100 * TOP_TENANTS:  # bounded: a tenant back in the top after this counts twice
-            self._rejected = {}
-        for tenant, count, _ in snap.tenants:  # (a tenant's share is not exported here: a process's gauge
-            _inc(self.tenants.labels(tenant), count - self._rejected.get(tenant, 0))  # cannot be withdrawn)
-            self._rejected[tenant] = count
         for name, value in snap.gauges.items():
             gauge = self.gauges.get(name)
             if gauge is None:

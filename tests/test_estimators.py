@@ -59,8 +59,11 @@ def test_bdp_starts_up_again_after_a_collapse() -> None:
     e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
     drain_to_cruise(e)
     assert e.growth == e.probe_gain
-    # an outage: 200/s offered, 20/s delivered and the queue grows: below a quarter is a collapse
+    # an outage: 200/s offered, 20/s delivered and the queue grows: below a quarter is a collapse (once the
+    # queue has stood 0.2 s beyond a latency: a drop is no shortcut)
     e.estimate(window(now=5.0, rate=200.0, completion=20.0, busy=60.0, drops=5))
+    assert e.state != "draining"
+    e.estimate(window(now=5.4, rate=200.0, completion=20.0, busy=60.0, drops=5))
     assert e.mu == 20.0 and e.growth == e.startup_gain
 
 
@@ -162,6 +165,31 @@ def test_bdp_ends_a_drain_on_what_is_in_flight_now_not_on_the_lagging_average() 
     # in flight now is 20: the queue is gone, and holding the drain rate would leave the service idle
     w = dataclasses.replace(window(now=0.9, rate=150.0, completion=200.0, busy=30.0), inflight=20)
     assert e.estimate(w) == 200.0 and e.state != "draining"
+
+
+def test_bdp_drain_keeps_the_highest_sample_of_the_last_second_then_lets_it_go() -> None:
+    e = BandwidthDelay(confirm=1, cruise=0, drain_time=5.0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=300.0, completion=150.0, busy=90.0))
+    e.estimate(window(now=0.8, rate=300.0, completion=150.0, busy=90.0))
+    assert e.state == "draining" and e.mu == 150.0
+    e.estimate(window(now=0.9, rate=200.0, completion=220.0, admit=300.0, busy=90.0))  # a high sample
+    assert e.mu == 220.0
+    # more goes in than comes out, at 160/s: within the second the 220 stands (noise does not pull μ down) ...
+    e.estimate(window(now=1.5, rate=200.0, completion=160.0, admit=300.0, busy=90.0))
+    assert e.mu == 220.0
+    # ... and once it has left the filter, μ follows the standing queue down
+    e.estimate(window(now=2.0, rate=200.0, completion=160.0, admit=300.0, busy=90.0))
+    assert e.mu == 160.0
+
+
+def test_bdp_takes_no_capacity_from_a_drop_at_a_herds_onset() -> None:
+    """A 503 in the herd's first instants is no shortcut past the wait for a measurable queue: what was
+    delivered over the idle time before it (a few per second) is not the capacity."""
+    e = BandwidthDelay(cruise=0, confirm=1, seed=1)
+    e.estimate(window(now=1.0, rate=100.0, completion=20.0, busy=2.0, limiting=False))
+    assert e.estimate(window(now=1.1, rate=100.0, completion=6.0, busy=22.0, drops=1)) == 100.0
+    assert e.state != "draining" and (e.mu is None or e.mu >= 100.0)
 
 
 def test_bdp_holds_when_app_limited() -> None:

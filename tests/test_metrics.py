@@ -110,23 +110,17 @@ async def test_the_most_rejected_tenants_are_exported_by_a_digest_of_their_key(c
     assert tenants == {f"key-{i:02}" for i in range(5, 15)}  # the ten rejected most
 
 
-@pytest.mark.anyio
-async def test_multiprocess_mode_counts_the_most_rejected_tenants_once(clock: ManualClock) -> None:
-    """What each sync adds to the tenants' counter is the increase since the last one (the process's files
-    add up every process's counts; read here through the counter's own collect())."""
+def test_multiprocess_mode_exports_no_series_per_tenant() -> None:
+    """Which tenants are rejected most changes; a worker's series cannot be withdrawn from the shared files
+    through prometheus-client's public API, so per-tenant series there would grow with every key that was
+    ever in a top 10: none are written."""
     from admitgate import Tenancy
-    from tests.test_middleware import call, http_scope
 
-    gate = AdmitGate(ok_app, rate=30, clock=clock, tenants=Tenancy(key="header:x-api-key", establish=1, label=str),
-                     settings=Settings(burst=1, max_pacing_delay=0, tarpit=0))  # fmt: skip
+    gate = AdmitGate(ok_app, rate=30, tenants=Tenancy(key="header:x-api-key"))
     sync = m.MultiprocessSync(gate)
-    for _ in range(2):
-        for _ in range(4):
-            await call(gate, http_scope("/", headers=[(b"x-api-key", b"acme")]))
-        sync.sync()
-    [family] = sync.tenants.collect()
-    counts = {s.labels["tenant"]: s.value for s in family.samples if s.name.endswith("_total")}
-    assert counts == {"acme": 7}  # the clock stands still: the first request in, the 7 others rejected
+    metrics = [v for value in vars(sync).values() for v in (value.values() if isinstance(value, dict) else [value])]
+    names = {family.name for metric in metrics if hasattr(metric, "describe") for family in metric.describe()}
+    assert m.REQUESTS in names and not any("tenant" in name for name in names)
 
 
 def test_no_registry_no_metrics() -> None:

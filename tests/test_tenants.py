@@ -352,3 +352,17 @@ def test_the_pools_holds_are_counted_with_the_roots_for_metrics() -> None:
     pool = tenants.pool_of("acme", 0.0)
     assert pool.gate.stats.pacing is tenants.root.stats.pacing
     assert tenants.root.stats.paced > 0 and tenants.root.stats.pacing.seconds > 0
+
+
+def test_a_waking_tenant_finds_the_spare_share_behind_any_number_of_idle_pools() -> None:
+    """The share to take back is held by a busy pool behind 200 idle (not yet expired) ones: a scan of the
+    first few pools found only idle ones, and the waking tenant was rejected at an idle capacity."""
+    tenants = table(rate=1e6, establish=1)
+    for i in range(200):  # seen once, then quiet (they expire only after `idle`)
+        tenants.admit(1.0, DEFAULT, 0.001, lambda: None, scope(f"idle-{i}"))
+    now = 0.0
+    while now < 4.0:  # "big" asks 10/s and holds the idle capacity
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("big"))
+        now += 0.1
+    verdicts = [tenants.admit(1.0, DEFAULT, now + k / 1000, lambda: None, scope("late")).verdict for k in range(10)]
+    assert verdicts == [Verdict.ADMIT] * 10

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
@@ -65,8 +64,6 @@ SPAN = 3
 #: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
 #: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
 EARLY = 0.1
-#: A waking pool looks at most this many others for a share they do not use (a bounded cost per wake-up).
-RECLAIM_SCAN = 64
 #: A weight is a number in (0, MAX_WEIGHT].
 MAX_WEIGHT = 1e6
 #: Critical traffic never leaves less than this share of the capacity to divide among tenants.
@@ -223,6 +220,9 @@ class Tenants:
         self._last = now
         self.next_rebalance = now + tenancy.interval
         self.newcomers = self._pool(NEWCOMERS, tenancy.newcomer_weight, now)
+        #: pools whose rate was above what they use at the last reallocation, most to spare last (a waking
+        #: pool takes back from them); at first the newcomers' pool, which holds all of the capacity
+        self._spare: list[Pool] = [self.newcomers]
 
     # -- decisions ------------------------------------------------------------------------
     def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
@@ -267,21 +267,23 @@ class Tenants:
         """Take back up to ``wanted`` requests/s from pools whose rate exceeds what they use (their measured
         demand, or what they asked so far this interval, whichever is more, times ``SLACK`` plus one): a share
         nobody uses is no reason to turn a waking tenant away until the next reallocation. The sum of the
-        rates stays within the capacity. At most ``RECLAIM_SCAN`` pools are looked at (the newcomers' first)."""
+        rates stays within the capacity. The pools are those each reallocation found with a rate above what
+        they use, most to spare last: each is looked at until it has nothing left to give, so the cost is
+        amortised O(1) per wake-up, however many pools exist."""
         elapsed = max(now - self._last, self.tenancy.interval * EARLY)
-        for other in itertools.islice(itertools.chain((self.newcomers,), self._pools.values(now)), RECLAIM_SCAN):
-            if wanted <= 0:
-                break
-            if other is waking or not other.awake:
-                continue
+        spare = self._spare
+        while wanted > 0 and spare:
+            other = spare[-1]
             using = max(other.demand, other.asked / elapsed) * SLACK + 1.0
-            spare = other.share.value - max(using, MIN_RATE)
-            if spare > 0:
-                cut = min(spare, wanted)
-                rate = other.share.value - cut
-                other.set_share(rate, other.share.capacity, self._burst(rate), now)
-                self._assigned -= cut
-                wanted -= cut
+            left = other.share.value - max(using, MIN_RATE)
+            if other is waking or not other.awake or left <= 0:
+                spare.pop()  # nothing (more) to take from it until the next reallocation
+                continue
+            cut = min(left, wanted)
+            rate = other.share.value - cut
+            other.set_share(rate, other.share.capacity, self._burst(rate), now)
+            self._assigned -= cut
+            wanted -= cut
 
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
@@ -334,8 +336,8 @@ class Tenants:
         return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
 
     def gates(self, now: float) -> list[Gate]:
-        """Every live pool's gate, the newcomers' last."""
-        return [pool.gate for pool in self.pools(now)]
+        """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape)."""
+        return [pool.gate for pool in (*self._pools.live(now), self.newcomers)]
 
     def pools(self, now: float) -> list[Pool]:
         """Every live pool, the newcomers' last."""
@@ -385,20 +387,27 @@ class Tenants:
         level = max((share / weights[index] for index, share in shares.items()), default=0.0)
         self._assigned = 0.0
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
+        spare: list[tuple[float, int, Pool]] = []
         for index, pool in enumerate(pools):
             pool.share.growth = growth
             if index in shares:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
                 pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
+                extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
+                if extra > 0:
+                    spare.append((extra, index, pool))
             else:
                 pool.awake = False
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
+        spare.sort(key=lambda item: (item[0], item[1]))
+        self._spare = [pool for _, _, pool in spare]
 
     def top(self, k: int, now: float) -> list[tuple[str, int, float]]:
         """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s), the newcomers'
         pool as ``"newcomers"``. O(n log k) in the pools, for a scrape, never per request."""
-        ranked = heapq.nlargest(k, (p for p in self.pools(now) if p.rejected), key=lambda pool: pool.rejected)
+        pools = (*self._pools.live(now), self.newcomers)  # read-only: a scrape may run on another thread
+        ranked = heapq.nlargest(k, (p for p in pools if p.rejected), key=lambda pool: pool.rejected)
         return [(self.label(p.name), p.rejected, p.share.value) for p in ranked]
 
     def label(self, name: Hashable) -> str:

@@ -71,5 +71,10 @@ class BoundedExpiringMap(Generic[V]):
             del data[key]
         return [item[1] for item in data.values()]
 
+    def live(self, now: float) -> list[V]:
+        """The live values, oldest insertion first, without dropping anything (read-only: safe from a thread
+        that only reads, such as a metrics scrape)."""
+        return [item[1] for item in list(self._data.values()) if item[0] > now]
+
     def clear(self) -> None:
         self._data.clear()

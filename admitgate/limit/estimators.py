@@ -10,9 +10,10 @@ the window, so the herd simulator runs them on virtual time.
 * :class:`Static`: a configured capacity.
 * :class:`BandwidthDelay` (``"bdp"``, the default): a rate-based BBR. While latency sits near its
   baseline and the gate is shedding, the service could take more: the rate grows (``probe_gain``
-  per second) after a jittered cruise. When latency rises past ``tolerance`` or the service drops
-  requests, the service is saturated and the completion rate *is* its capacity: μ is set to it and
-  the rate dips below μ just long enough to drain the queue the probe built.
+  per second) after a jittered cruise. When more is in flight than the throughput explains (past
+  ``tolerance``) or the service drops requests, a queue is forming; once it has stood long enough for
+  what it delivers to be measured, that *is* the capacity: μ is set to it and the rate dips below μ
+  just long enough to drain the queue (μ following what the standing queue delivers meanwhile).
 * :class:`Gradient`: Gradient2/Envoy style; the rate scales by the clamped ratio
   ``(1 + tolerance) · baseline / latency``, smoothed on the way down, growing on the way up.
 * :class:`AIMD`: additive increase while latency is under target, multiplicative decrease on a
@@ -80,11 +81,12 @@ HEALTHY = 0.25
 #: Little's latency (in flight over admissions in 0.2 s) is trusted to reset a baseline only from this
 #: many admissions per second (10 in its 0.2 s): below it, one request more or less moves it by half.
 LITTLE_MIN_RATE = 50.0
-#: Seconds the delivered rate (``Window.delivered``) spans. A queue is a capacity sample only once it has
-#: stood that long plus one baseline latency: before that, the span holds time the service was idle, and the
-#: first completions of a burst come a latency after it (a herd's first 0.2 s "delivers" a few per second).
+#: Seconds the delivered rate (``Window.delivered``) spans. What a queue delivers is a capacity sample only
+#: over a span it stood through, after the first completions had time to come (one baseline latency, at most
+#: this span): before that the span holds time the service was idle, and a herd's first 0.2 s "delivers" a
+#: few requests/s. The 0.5 s rate once the queue has stood this long; the 0.2 s one from CURRENT_SPAN.
 DELIVERY_SPAN = 0.5
-#: Seconds the current rate (``Window.current``) spans.
+#: Seconds the current rate (``Window.current``) spans, and the least a queue must stand to be confirmed.
 CURRENT_SPAN = 0.2
 #: Seconds of capacity samples a drain keeps the highest of.
 MAX_FILTER = 1.0
@@ -190,7 +192,8 @@ class _Signals(NamedTuple):
     queued: float  # requests in flight beyond what the throughput explains
     queueing: bool  # a queue, confirmed
     over: bool  # more in flight than the throughput explains, in this window
-    sample: float  # what a queue that stood long enough delivered: a capacity (0: no sample yet)
+    sample: float  # what a queue that stood long enough delivered: a capacity (0 also when nothing was delivered)
+    stood: float  # seconds the queue has stood beyond the first completions' allowance (< 0: no queue)
 
 
 class BandwidthDelay(_Measured):
@@ -287,18 +290,17 @@ class BandwidthDelay(_Measured):
         # delivered measures the capacity only over a span the queue stood through, plus a latency for the
         # first completions to come (after an idle spell, a herd's first instants deliver nothing for a
         # latency while in flight jumps): the 0.5 s rate once the queue is that old, the 0.2 s one before.
-        stood = w.now - self._over_since - base if self._over else 0.0
+        # (The allowance for the first completions is at most the delivered rate's span: a service whose
+        # baseline is seconds long would otherwise be confirmed seconds late.) Drops are no shortcut: a
+        # 503 at a herd's onset says nothing of a capacity measured over the idle time before it.
+        stood = w.now - self._over_since - min(base, DELIVERY_SPAN) if self._over else -1.0
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
-        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and (
-            w.drops > 0 or stood >= CURRENT_SPAN
-        )
-        if w.drops:
-            sample = delivered
+        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and stood >= CURRENT_SPAN
         if self.phase is Phase.DRAINING:
             # Hysteresis on the way out, on what is in flight now (BBR's drain: until in flight is down to
             # the bandwidth-delay product): an average over the newest 0.2 s lags the queue's end.
             queueing = w.inflight - expected > self.tolerance / 2 * expected + 1 or w.drops > 0
-        return _Signals(mu, base, delivered, queued, queueing, over, sample)
+        return _Signals(mu, base, delivered, queued, queueing, over, sample, stood)
 
     def _remeasure(self, w: Window, s: _Signals) -> float:
         """Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a queue
@@ -337,7 +339,7 @@ class BandwidthDelay(_Measured):
         if not s.queueing:
             self._start_cruise(w.now)
             return s.mu
-        if not w.drops and w.now - self._over_since - s.base >= DELIVERY_SPAN:
+        if not w.drops and s.stood >= DELIVERY_SPAN:
             # The queue stands: what is delivered is the capacity, the highest of the last second (BBR's max
             # filter: noise does not pull it down, a capacity that fell does within a second). Not while
             # the service drops requests: its quick errors count as completions.
@@ -348,12 +350,15 @@ class BandwidthDelay(_Measured):
             best = max(v for _, v in samples)
             if best > s.mu:
                 self.mu = best
+                self._drain_target = max(self._drain_target, self._drain_rate(best, s.queued))
             elif HEALTHY * s.mu <= best < s.mu and w.admit_rate > 1.1 * s.delivered:
-                # More goes in than comes out: the capacity fell while it drained, drain to it. (Where as much
-                # comes out as goes in, the drain rate is what is delivered, not the capacity; a collapse,
-                # an outage, is not a capacity either: start-up finds it again.)
-                self.mu = best  # and a new drain begins: what was seen at the old capacity says nothing now
-                self._drain_target = min(self._drain_target, self._drain_rate(best, s.queued))
+                # More goes in than comes out: the capacity fell while it drained (where as much comes out as
+                # goes in, the drain rate is what is delivered, not the capacity). A new drain begins at the
+                # new capacity: what was seen at the old one says nothing now. (Under a quarter of μ is not
+                # taken for a capacity: a service that hangs mid-drain keeps the μ it had, and is cut by the
+                # drain's plateau logic; start-up from the floor would take seconds to find μ again.)
+                self.mu = best
+                self._drain_target = min(self._drain_target, self._drain_rate(self.mu, s.queued))
                 self._drain_at, self._drain_busy, self._plateau = w.now, w.busy, None
         if w.busy < 0.95 * self._drain_busy:
             self._drain_busy, self._drain_at = w.busy, w.now  # in flight still coming down
