@@ -129,7 +129,7 @@ class RedisBudget:
         self.keys = [f"{{{name}}}:bucket", f"{{{name}}}:replicas", f"{{{name}}}:rates"]
         #: a lease asks for this many intervals' worth of recent demand: room for demand to double between
         #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
-        self.headroom = 2.0
+        self.lease_margin = 2.0
         self._gate: Gate | None = None
         self.local_rate: float | None = None  # this replica's own μ (from its headroom), published
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
@@ -220,7 +220,7 @@ class RedisBudget:
             new = gate.new_rate()
             want = (share + new + math.sqrt(new)) * self.lease_interval
         else:
-            want = max(1.0, demand * self.lease_interval * self.headroom)
+            want = max(1.0, demand * self.lease_interval * self.lease_margin)
         mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
         probes = gate.probes
         summary = f"{mine:.6g}"

@@ -88,6 +88,8 @@ LITTLE_MIN_RATE = 50.0
 DELIVERY_SPAN = 0.5
 #: Seconds the current rate (``Window.current``) spans, and the least a queue must stand to be confirmed.
 CURRENT_SPAN = 0.2
+#: Seconds over which the capacity known before an outage fades as the reference start-up must find again.
+COLLAPSE_MEMORY = 30.0
 #: Seconds of capacity samples a drain keeps the highest of.
 MAX_FILTER = 1.0
 
@@ -234,6 +236,7 @@ class BandwidthDelay(_Measured):
         self.probe_gain = positive("headroom.bdp.probe_gain", probe_gain)
         self.startup_gain = positive("headroom.bdp.startup_gain", startup_gain)
         self._started = False  # the service has been seen saturated (start-up is over)
+        self._before, self._before_at = 0.0, 0.0  # μ before the last collapse (an outage), and when it was seen
         self.cruise = non_negative("headroom.bdp.cruise", cruise)
         self.drain_time = positive("headroom.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
@@ -295,7 +298,11 @@ class BandwidthDelay(_Measured):
         # 503 at a herd's onset says nothing of a capacity measured over the idle time before it.
         stood = w.now - self._over_since - min(base, DELIVERY_SPAN) if self._over else -1.0
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
-        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and stood >= CURRENT_SPAN
+        # A sample that says the service has all but stopped is believed only from the longer span: on a real
+        # server a herd's first instants can stall completions for a few tenths of a second (the event loop is
+        # busy with the herd's connections), and that is not an outage.
+        enough = DELIVERY_SPAN if sample < HEALTHY * w.rate else CURRENT_SPAN
+        queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and stood >= enough
         if self.phase is Phase.DRAINING:
             # Hysteresis on the way out, on what is in flight now (BBR's drain: until in flight is down to
             # the bandwidth-delay product): an average over the newest 0.2 s lags the queue's end.
@@ -329,7 +336,13 @@ class BandwidthDelay(_Measured):
         # Start-up is over when the service delivers a good part of what is offered (its capacity is
         # found). A service that delivers almost nothing of it has collapsed (an outage): when it comes
         # back, its capacity is found again at start-up speed, not at the probing pace.
-        self._started = s.sample >= w.rate * HEALTHY
+        # Healthy is judged against the rate offered, and after an outage against the capacity known before
+        # it (fading over COLLAPSE_MEMORY s): at a rate an outage cut to a few per second, a trickle delivered
+        # is a quarter of the rate, not a capacity found; start-up speed must find the old one again.
+        known = self._before * math.exp((self._before_at - w.now) / COLLAPSE_MEMORY)
+        self._started = s.sample >= max(w.rate, known) * HEALTHY
+        if not self._started and self.mu is not None and self.mu > known:
+            self._before, self._before_at = self.mu, w.now
         self.mu = mu = max(s.sample, 1e-3)
         self.phase, self._drain_at, self._drain_busy, self._plateau = Phase.DRAINING, w.now, w.busy, None
         self._samples.clear()
