@@ -169,6 +169,8 @@ class AdmitGate:
         if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
             backend.attach(self.gate, self.gate.static_rate, clock)
         self._tally_on = metrics is not None
+        # Nothing to do around an admitted request but call the app: one check on the admit path, not three.
+        self._bare = not self._tally_on and not self._on_admit and self._probes is None
         self._sync: MultiprocessSync | None = None
         if metrics is not None:
             if multiprocess_dir():
@@ -197,7 +199,11 @@ class AdmitGate:
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
-            outcome = AT_ONCE  # Gate.admit's first branch, inlined: nobody holds a place and a token is free
+            # Gate.admit's first branch, inlined: nobody holds a place and a token is free
+            if self._bare:
+                await self.app(scope, receive, send)
+                return
+            outcome = AT_ONCE
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
