@@ -161,7 +161,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from .config import tomllib
-    from .sim.engine import scenario_from, simulate, stderr_progress
+    from .sim.engine import simulate, stderr_progress
+    from .sim.scenario import scenario_from
 
     if args.scenario and args.scenario.endswith(".toml"):
         try:
@@ -185,7 +186,7 @@ def _simulate(args: argparse.Namespace) -> int:
         for run in runs:
             del run["series"]
     if args.plot:
-        from .sim.engine import plot
+        from .sim.plot import plot
 
         plot(runs, args.plot)
     if args.json:

@@ -61,7 +61,8 @@ def run(scenario: str, clients: int, deadline: float) -> dict:
 
 def simulated(scenario: str, clients: int, seeds: int = 3) -> dict | None:
     """Median of the simulator's prediction for ``scenario`` over ``seeds`` seeds, or None if not modelled."""
-    from admitgate.sim.engine import scenario_from, simulate
+    from admitgate.sim.engine import simulate
+    from admitgate.sim.scenario import scenario_from
 
     options = SCENARIOS[scenario][2]
     if options is None:

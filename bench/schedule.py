@@ -27,7 +27,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.sim.engine import scenario_from, simulate  # noqa: E402
+from admitgate.sim.engine import simulate  # noqa: E402
+from admitgate.sim.scenario import scenario_from  # noqa: E402
 
 SCENARIOS = ("cache-expiry", "step-down", "ramp", "outage-recovery")
 MODES = ("static", "live")

@@ -22,7 +22,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from admitgate.sim.engine import Scenario, Simulation
+from admitgate.sim.engine import Simulation
+from admitgate.sim.scenario import Scenario
 
 CAPACITY = 200.0
 ESTIMATORS = ("static", "bdp", "gradient", "aimd")

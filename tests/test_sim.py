@@ -10,7 +10,8 @@ from admitgate import ConfigError
 from admitgate.cli import main
 from admitgate.core.gate import Gate
 from admitgate.planning.planner import drain_time
-from admitgate.sim.engine import SCENARIOS, Scenario, Simulation, scenario_from, simulate
+from admitgate.sim.engine import Simulation, simulate
+from admitgate.sim.scenario import SCENARIOS, Scenario, scenario_from
 
 SMALL = {"clients": 500, "workers": 10, "service_time": 0.1, "background_rate": 10.0}
 

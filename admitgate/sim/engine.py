@@ -14,7 +14,8 @@ instead), and client policies:
 * ``full`` / ``equal`` / ``decorrelated``: the client helper's backoff, never before Retry-After.
 
 It records every attempt as :class:`~admitgate.sim.herd.Attempt`, so :func:`~admitgate.sim.herd.summarise`
-computes the same figures for simulated and real herds. Same seed, same result.
+computes the same figures for simulated and real herds. Same seed, same result. What a run is made of is
+a :class:`~admitgate.sim.scenario.Scenario`; :mod:`admitgate.sim.plot` draws runs.
 """
 
 from __future__ import annotations
@@ -27,87 +28,21 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..core.backoff import backoff_delay
-from ..core.errors import ConfigError, non_negative
 from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import DEFAULT_CLASSES
 from ..core.settings import Settings
 from ..limit.estimators import Static
 from ..limit.headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
+from .scenario import Scenario
 
-POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
-_ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND = range(5)
-
-
-@dataclass
-class Scenario:
-    """Everything a run needs; times in seconds, rates in requests/s."""
-
-    name: str = "cache-expiry herd"
-    clients: int = 2000
-    release_at: float = 6.0  # new arrivals run alone before this (warm-up: λ_new is a median of 5 seconds)
-    release_spread: float = 0.0  # clients released uniformly over this many seconds
-    workers: int = 20
-    service_time: float = 0.1  # mean
-    service_dist: str = "fixed"  # fixed | exponential | lognormal
-    queue_timeout: float = 1.0
-    capacity: list[tuple[float, ...]] = field(default_factory=list)  # (time, workers[, service_time]) steps
-    demand: list[tuple[float, float]] = field(default_factory=list)  # (time, rate) open-loop arrivals, no retries
-    estimator: dict[str, Any] | None = None  # a [headroom] table: the gate's rate is estimated live
-    capacity_known: bool = False  # a static gate is told the capacity as it changes (an external capacity probe)
-    background_rate: float = 20.0  # new arrivals λ₀, requests/s, one attempt each
-    background_class: str = "default"
-    policy: str = "obey"
-    ignore_fraction: float = 0.0
-    ignore_interval: float = 0.1
-    recognisable: bool = True
-    gate: bool = True
-    rate_fraction: float = 1.0  # the gate's static rate μ, as a fraction of the initial capacity
-    burst: float | None = None  # default: workers
-    spread: str = "schedule"
-    max_pacing_delay: float = 1.5
-    tarpit: float = 1.0
-    network_delay: float = 0.0005  # one way, client <-> gate
-    edge_cpu: float = 0.0  # CPU seconds per HTTP request on the server's one core (0: an ideal server)
-    reject_cpu: float | None = None  # CPU seconds per 429 answered by the gate (None: edge_cpu)
-    duration: float = 300.0  # hard bound on simulated time
-    seed: int = 1
-
-    def validate(self) -> Scenario:
-        if self.clients < (0 if self.demand else 1):
-            raise ConfigError("clients", "must be >= 1 (or >= 0 with a demand schedule)", self.clients)
-        if self.workers < 1:
-            raise ConfigError("workers", "must be >= 1", self.workers)
-        if self.policy not in POLICIES:
-            raise ConfigError("policy", f"unknown; known: {', '.join(POLICIES)}", self.policy)
-        if self.service_dist not in ("fixed", "exponential", "lognormal"):
-            raise ConfigError("service_dist", "must be fixed, exponential or lognormal", self.service_dist)
-        if self.background_class not in DEFAULT_CLASSES:
-            known = ", ".join(DEFAULT_CLASSES)
-            raise ConfigError("background_class", f"unknown; known: {known}", self.background_class)
-        if not 0 <= self.ignore_fraction <= 1:
-            raise ConfigError("ignore_fraction", "must be in [0, 1]", self.ignore_fraction)
-        non_negative("edge_cpu", self.edge_cpu)
-        for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(name, "must be > 0", getattr(self, name))
-        return self
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scenario:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(sorted(unknown)[0], f"unknown scenario field; known: {', '.join(sorted(known))}")
-        data = dict(data)
-        for key in ("capacity", "demand"):
-            if key in data:
-                data[key] = [tuple(step) for step in data[key]]
-        return cls(**data).validate()
+_ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND, _CAPACITY = range(6)
+#: A request's client: a herd client's index (0 to clients - 1), or one of these.
+NEW_ARRIVAL = -1  # steady new traffic: one attempt, then gone
+OPEN_LOOP = -2  # a demand schedule's request: one attempt, answered into ``outcomes``
 
 
 class _Upstream:
@@ -193,12 +128,12 @@ class Simulation:
             offset = self.rng.uniform(0, s.release_spread) if s.release_spread else 0.0
             self.at(s.release_at + offset, _ARRIVE, [i, s.release_at + offset])
         if s.background_rate > 0:
-            self.at(self.rng.expovariate(s.background_rate), _ARRIVE, [-1, 0.0])
+            self.at(self.rng.expovariate(s.background_rate), _ARRIVE, [NEW_ARRIVAL, 0.0])
         for step in s.capacity:
-            self.at(step[0], _TIMEOUT, ("capacity", *step[1:]))
+            self.at(step[0], _CAPACITY, step[1:])
         if self.demand_max > 0:
-            self.at(self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
-        handlers = (self._arrive, self._hold_end, self._done, self._timeout, self._respond)
+            self.at(self.rng.expovariate(self.demand_max), _ARRIVE, [OPEN_LOOP, 0.0])
+        handlers = (self._arrive, self._hold_end, self._done, self._timeout, self._respond, self._capacity)
         wall, last_report = time.monotonic(), 0
         events = self.events
         cpu = s.edge_cpu
@@ -213,7 +148,7 @@ class Simulation:
                 if t < self.cpu_free:  # the event loop is busy: everything due now runs late
                     self.at(self.cpu_free, kind, data)
                     continue
-                if kind == _ARRIVE or (kind == _TIMEOUT and isinstance(data, list) and data[2]):
+                if kind == _ARRIVE or (kind == _TIMEOUT and data[2]):
                     self.cpu_free = t + cpu  # a request parsed and answered; a queue timeout cancelled and answered
             handlers[kind](t, data)
             if open_loop and t >= next_trace:
@@ -277,14 +212,14 @@ class Simulation:
         client, sent = data
         s, gate = self.s, self.gate
         bucket = int(t)
-        if client == -2:
+        if client == OPEN_LOOP:
             self._open_loop(t)
             return
         if client >= 0:
             self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
             klass, key = DEFAULT_CLASSES["default"], (client if s.recognisable else None)
         else:  # a new arrival: schedule the next one; it makes this one attempt
-            self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [-1, t])
+            self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [NEW_ARRIVAL, t])
             klass, key = self.background, None
         if gate is None:
             self._to_upstream(t, [client, sent])
@@ -297,7 +232,7 @@ class Simulation:
             self.at(t + d.delay, _HOLD_END, (d, request))
         elif d.verdict is not Verdict.REJECT:
             self._to_upstream(t, request)
-        elif request[0] == -2:
+        elif request[0] == OPEN_LOOP:
             self.outcomes.append((t, None, 429))
         else:
             s = self.s
@@ -321,10 +256,10 @@ class Simulation:
 
     def _open_loop(self, t: float) -> None:
         """One open-loop arrival (Poisson at the demand schedule's rate, by thinning); no retries."""
-        self.at(t + self.rng.expovariate(self.demand_max), _ARRIVE, [-2, 0.0])
+        self.at(t + self.rng.expovariate(self.demand_max), _ARRIVE, [OPEN_LOOP, 0.0])
         if self.rng.random() * self.demand_max >= self._demand(t):
             return
-        request = [-2, t]
+        request = [OPEN_LOOP, t]
         if self.gate is None:
             self._to_upstream(t, request)
         else:
@@ -357,7 +292,7 @@ class Simulation:
         client, sent, admitted = request
         if self.probes is not None:
             self.probes.complete(t - admitted, 200, t)
-        if client == -2:
+        if client == OPEN_LOOP:
             self.outcomes.append((t, t - admitted, 200))
             return
         self.series["served"][int(t)] = self.series["served"].get(int(t), 0) + 1
@@ -371,19 +306,20 @@ class Simulation:
                 entry[2] = False
                 self._start(t, entry[1])
 
-    def _timeout(self, t: float, entry: Any) -> None:
-        if isinstance(entry, tuple):  # a capacity step
-            self.up.workers = int(entry[1])
-            if len(entry) > 2:
-                self.up.service_time = float(entry[2])
-            self._drain_queue(t)
-            return
+    def _capacity(self, t: float, step: tuple[float, ...]) -> None:
+        """A capacity step: ``(workers[, service_time])`` from ``t`` on."""
+        self.up.workers = int(step[0])
+        if len(step) > 1:
+            self.up.service_time = float(step[1])
+        self._drain_queue(t)
+
+    def _timeout(self, t: float, entry: list[Any]) -> None:
         if entry[2]:  # still queued: the service gives up on it
             entry[2] = False
             client, sent, admitted = entry[1]
             if self.probes is not None:
                 self.probes.complete(t - admitted, 503, t)
-            if client == -2:
+            if client == OPEN_LOOP:
                 self.outcomes.append((t, t - admitted, 503))
                 return
             self._respond(t + self.s.network_delay, (client, sent, 503, None))
@@ -417,83 +353,9 @@ class Simulation:
         return max(delay, float(retry_after or 0))
 
 
-#: Embedded scenarios. Each is a dict of Scenario fields; a TOML file may name one as ``base``.
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "cache-expiry": {"name": "cache-expiry herd"},
-    # bench/herd.py's setup with the demo server's measured CPU on its one core: ~200 µs per request
-    # or queue timeout, 108 µs per 429 (wrk against an all-rejecting gate)
-    "loopback-demo": {"name": "cache-expiry herd on the loopback demo server", "edge_cpu": 0.0002,
-                      "reject_cpu": 0.000108},
-    "outage-recovery": {"name": "outage, then recovery with a backlog", "release_spread": 10.0,
-                        "capacity": [(6.0, 0), (16.0, 20)]},
-    "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},
-    "step-down": {"name": "capacity halves 5 s into the herd", "capacity": [(11.0, 10)]},
-    "step-up": {"name": "capacity doubles 2 s into the herd", "capacity": [(8.0, 40)]},
-    "ramp": {"name": "capacity ramps from 5 to 20 workers over 10 s (warming)", "workers": 5,
-             "capacity": [(6.0 + i, 5 + i * 1.5) for i in range(11)]},
-}  # fmt: skip
-
-
-def scenario_from(name_or_data: str | dict[str, Any] | None = None, **overrides: Any) -> Scenario:
-    """An embedded scenario by name, or a dict of fields (``base`` naming one to start from)."""
-    data: dict[str, Any] = {}
-    if isinstance(name_or_data, str):
-        if name_or_data not in SCENARIOS:
-            raise ConfigError("scenario", f"unknown; known: {', '.join(SCENARIOS)}", name_or_data)
-        data.update(SCENARIOS[name_or_data])
-    elif isinstance(name_or_data, dict):
-        base = name_or_data.get("base")
-        if base is not None:
-            data.update(scenario_from(base).__dict__)
-        data.update({k: v for k, v in name_or_data.items() if k != "base"})
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return Scenario.from_dict(data)
-
-
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
     """Run ``scenario``; return the summary (drain time vs M/H, peak-to-average, 503s, latencies...)."""
     return Simulation(scenario, progress).run()
-
-
-_LINES = (
-    ("edge", "herd arrivals at the edge", "-"),
-    ("admitted", "forwarded to the upstream", "-"),
-    ("served", "served (2xx)", "-."),
-    ("capacity", "capacity μ", "--"),
-    ("headroom", "gate's H = rate − λ_new", ":"),
-)
-
-
-def plot(runs: list[dict[str, Any]], path: str) -> None:
-    """Save a PNG: per run, herd arrivals at the edge, admissions, capacity μ and the gate's H per second.
-
-    Needs matplotlib (``pip install 'admitgate[plot]'``).
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("plot", "needs matplotlib: pip install 'admitgate[plot]'") from None
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.2), sharey=True, squeeze=False)
-    for ax, run in zip(axes[0], runs, strict=True):
-        series = run["series"]
-        for name, label, style in _LINES:
-            points = sorted((int(k), v) for k, v in series.get(name, {}).items() if int(k) >= -1)
-            if points:
-                ax.step([p[0] for p in points], [p[1] for p in points], style, where="post", label=label)
-        bound = f"∫H dt = M at {run['bound_integral_s']} s" if "bound_integral_s" in run else f"M/H {run['bound_s']} s"
-        figures = f"drain {run['drain_s']} s ({bound}), 5xx {run['server_5xx']}"
-        ax.set_title(f"{run['scenario']}: gate = {run['gate']}\n{figures}", fontsize=9)
-        ax.set_xlabel("seconds since the release")
-        ax.set_yscale("symlog", linthresh=100)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("requests per second")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 @contextlib.contextmanager
