@@ -13,6 +13,7 @@ core alone: no Starlette, Redis or Prometheus client until a name that needs the
 from __future__ import annotations
 
 import importlib
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
     from .core.errors import ConfigError
     from .core.priority import Priority
     from .core.settings import Settings
+    from .limit.capacity import LiveCapacity
     from .limit.estimators import AIMD, BandwidthDelay, Gradient, Static
-    from .limit.headroom import LiveHeadroom
     from .metrics import metrics_app
 
 try:
@@ -46,7 +47,7 @@ _HOMES = {
     "Gradient": "limit.estimators",
     "HeaderPolicy": "asgi.headers",
     "Identity": "asgi.identity",
-    "LiveHeadroom": "limit.headroom",
+    "LiveCapacity": "limit.capacity",
     "ManualClock": "core.clock",
     "Priority": "core.priority",
     "Quota": "asgi.quota",
@@ -59,8 +60,16 @@ _HOMES = {
 }
 
 
+#: Names of 0.1.0 -> their names now ("headroom" is H = μ − λ_new alone; what learns μ is a capacity).
+_RENAMED = {"LiveHeadroom": "LiveCapacity"}
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first use and keep it in the package's namespace."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"admitgate.{name} is now admitgate.{new}", DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'admitgate' has no attribute {name!r}")
@@ -81,7 +90,7 @@ __all__ = [
     "Gradient",
     "HeaderPolicy",
     "Identity",
-    "LiveHeadroom",
+    "LiveCapacity",
     "ManualClock",
     "Priority",
     "Quota",

@@ -5,7 +5,7 @@
 The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGate`'s keywords::
 
     [gate]                      # AdmitGate's own: rate, exempt, default_class, metrics, workers, gate_websockets
-    rate = 200                  # omit to learn the capacity live (then [headroom] tunes the estimator)
+    rate = 200                  # omit to learn the capacity live (then [capacity] tunes the estimator)
     exempt = ["/health", "/metrics"]
     [settings]                  # admitgate.Settings: burst, max_pacing_delay, tarpit, ...
     burst = 20
@@ -17,7 +17,7 @@ The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGa
     reserve = 0.5
     [routes."/search/{q}"]      # route template -> cost, class, exempt
     cost = 2
-    [headroom]                  # the live estimator: estimator, initial, floor, ... and [headroom.<estimator>]
+    [capacity]                  # the live estimator: estimator, initial, floor, ... and [capacity.<estimator>]
     estimator = "bdp"
     [backend]                   # url, and admitgate.RedisBudget's options
     url = "redis://redis:6379/0"
@@ -29,7 +29,7 @@ The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGa
 
 Every key has a variable: ``ADMITGATE_<KEY>`` for the gate, settings and identity keys
 (``ADMITGATE_BURST``, ``ADMITGATE_TICKET``), ``ADMITGATE_HEADERS_<KEY>``, ``ADMITGATE_BACKEND`` (the URL)
-and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_HEADROOM_<KEY>``,
+and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_CAPACITY_<KEY>``,
 ``ADMITGATE_<ESTIMATOR>_<PARAM>``, ``ADMITGATE_TENANTS_<KEY>``, ``ADMITGATE_QUOTA`` (the limit) and
 ``ADMITGATE_QUOTA_<KEY>``; ``ADMITGATE_ROUTES``, ``ADMITGATE_CLASSES`` and
 ``ADMITGATE_TENANTS_WEIGHTS`` hold JSON objects.
@@ -74,18 +74,18 @@ from .asgi.tenants import Tenancy
 from .core.errors import ConfigError
 from .core.priority import Priority
 from .core.settings import Settings
+from .limit.capacity import LiveCapacity
 from .limit.estimators import ESTIMATORS, estimator_from_config
-from .limit.headroom import LiveHeadroom
 from .limit.probes import Probes
 
 log = logging.getLogger("admitgate")
 
-#: ``[headroom]`` keys (LiveHeadroom keyword arguments) besides ``estimator`` and the estimator tables.
-HEADROOM_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
+#: ``[capacity]`` keys (LiveCapacity keyword arguments) besides ``estimator`` and the estimator tables.
+CAPACITY_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
                  "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
-SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "headroom", "backend", "tenants",
+SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "capacity", "backend", "tenants",
             "quota")  # fmt: skip
 #: Keys that moved out of ``[gate]``, and where to.
 _MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
@@ -245,14 +245,14 @@ def _variable(var: str, flat: dict[str, tuple[str, str]]) -> tuple[str, str] | N
     if name in ("routes", "classes"):
         return name, ""
     if name == "estimator":
-        return "headroom", "estimator"
-    for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("headroom_", "headroom"),
+        return "capacity", "estimator"
+    for prefix, section in (("headers_", "headers"), ("backend_", "backend"), ("capacity_", "capacity"),
                             ("tenants_", "tenants"), ("quota_", "quota")):  # fmt: skip
         if name.startswith(prefix) and name[len(prefix) :]:
             return section, name[len(prefix) :]
     estimator, _, param = name.partition("_")
     if estimator in ESTIMATORS and param:
-        return "headroom", f"{estimator}.{param}"
+        return "capacity", f"{estimator}.{param}"
     return None
 
 
@@ -265,6 +265,8 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Convert]]) -> 
     for var, raw in env.items():
         if not var.startswith("ADMITGATE_") or var == "ADMITGATE_CONFIG":
             continue
+        if var.startswith("ADMITGATE_HEADROOM_"):  # its name in 0.1.0
+            raise ConfigError(var, f"is now called ADMITGATE_CAPACITY_{var[len('ADMITGATE_HEADROOM_') :]}: rename it")
         place = _variable(var, flat)
         if place is None:
             if var not in _warned:
@@ -294,6 +296,8 @@ def _read(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"not valid TOML: {exc}", str(path)) from None
+    if "headroom" in data:  # its name in 0.1.0 (headroom is H = μ − λ_new; this table tunes how μ is learnt)
+        raise ConfigError("headroom", "the table is now called [capacity] (same keys): rename it")
     unknown = set(data) - set(SECTIONS)
     if unknown:
         raise ConfigError(sorted(unknown)[0], f"unknown section; known: {', '.join(SECTIONS)}")
@@ -307,11 +311,11 @@ def _read(path: str | Path) -> dict[str, Any]:
 def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, now: float = 0.0) -> dict[str, Any]:
     """AdmitGate keyword arguments from ``path`` (TOML; default ``$ADMITGATE_CONFIG``) and ``env``
     (default ``os.environ``): only what was set, as the objects code builds (``Settings``, ``Identity``,
-    ``HeaderPolicy``, ``Priority``, ``LiveHeadroom``, ``RedisBudget``), so ``AdmitGate(app, **load())`` works.
+    ``HeaderPolicy``, ``Priority``, ``LiveCapacity``, ``RedisBudget``), so ``AdmitGate(app, **load())`` works.
 
-    A number in ``rate`` is the capacity, and then nothing is learnt: a ``[headroom]`` table beside it
-    is ignored with a warning (a deployment may set headroom defaults for every service). Without a
-    rate, ``[headroom]`` (or any ``ADMITGATE_HEADROOM_*``) tunes the estimator that learns it.
+    A number in ``rate`` is the capacity, and then nothing is learnt: a ``[capacity]`` table beside it
+    is ignored with a warning (a deployment may set estimator defaults for every service). Without a
+    rate, ``[capacity]`` (or any ``ADMITGATE_CAPACITY_*``) tunes the estimator that learns it.
     """
     env = os.environ if env is None else env
     path = path or env.get("ADMITGATE_CONFIG")
@@ -327,9 +331,9 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
         if section in ("routes", "classes"):
             values[section] = _convert(_table, raw, True, var)
             names.update({(section, k): f"{var}[{k!r}]" for k in values[section]})
-        elif section == "headroom":
-            _put_headroom(values["headroom"], key, raw, var)
-            if "." not in key:  # an estimator's parameter keeps the file's name, headroom.<estimator>.<param>
+        elif section == "capacity":
+            _put_capacity(values["capacity"], key, raw, var)
+            if "." not in key:  # an estimator's parameter keeps the file's name, capacity.<estimator>.<param>
                 names[section, key] = var
         else:
             values[section][key] = raw
@@ -360,12 +364,12 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
         backend = _backend(values["backend"], names)
         if backend is not None:
             out["backend"] = backend
-    headroom = values["headroom"]
-    if headroom and "rate" in gate:
-        log.warning("admitgate: rate=%r is the capacity, so nothing is learnt: the headroom settings (%s) are "
-                    "ignored", gate["rate"], ", ".join(sorted(headroom)))  # fmt: skip
-    elif headroom:
-        out["rate"] = _build(lambda **kw: headroom_from_config(kw, now=now), headroom, "headroom", names)
+    capacity = values["capacity"]
+    if capacity and "rate" in gate:
+        log.warning("admitgate: rate=%r is the capacity, so nothing is learnt: the [capacity] settings (%s) are "
+                    "ignored", gate["rate"], ", ".join(sorted(capacity)))  # fmt: skip
+    elif capacity:
+        out["rate"] = _build(lambda **kw: capacity_from_config(kw, now=now), capacity, "capacity", names)
     return out
 
 
@@ -376,8 +380,8 @@ def _convert(convert: Convert, value: object, env: bool, name: str) -> Any:
         raise ConfigError(name, str(exc), value) from None
 
 
-def _put_headroom(table: dict[str, Any], key: str, raw: str, var: str) -> None:
-    """Put one ``ADMITGATE_*`` headroom value into the ``[headroom]`` table, typed as the file would be."""
+def _put_capacity(table: dict[str, Any], key: str, raw: str, var: str) -> None:
+    """Put one ``ADMITGATE_CAPACITY_*`` (or estimator) value into ``[capacity]``, typed as the file would be."""
     if key == "capacity_probes":
         value: Any = _templates(raw, True)
     else:
@@ -386,7 +390,7 @@ def _put_headroom(table: dict[str, Any], key: str, raw: str, var: str) -> None:
         estimator, _, param = key.partition(".")
         nested = table.setdefault(estimator, {})
         if not isinstance(nested, dict):
-            raise ConfigError(var, "conflicts with a headroom key of the same name")
+            raise ConfigError(var, "conflicts with a [capacity] key of the same name")
         nested[param] = value
     else:
         table[key] = value
@@ -477,37 +481,37 @@ def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:
         raise _renamed(error.renamed("backend.url") if error.field == "backend" else error, "backend", names) from None
 
 
-def headroom_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveHeadroom:
-    """Build a :class:`~admitgate.limit.headroom.LiveHeadroom` from a ``[headroom]`` mapping."""
+def capacity_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveCapacity:
+    """Build a :class:`~admitgate.limit.capacity.LiveCapacity` from a ``[capacity]`` mapping."""
     data = dict(section)
     name = data.pop("estimator", DEFAULT_ESTIMATOR)
     if not isinstance(name, str):
-        raise ConfigError("headroom.estimator", "must be a string", name)
+        raise ConfigError("capacity.estimator", "must be a string", name)
     params: dict[str, Any] = {}
     for key in list(data):
         if key in ESTIMATORS:
             table = data.pop(key)
             if not isinstance(table, Mapping):
-                raise ConfigError(f"headroom.{key}", "must be a table", table)
+                raise ConfigError(f"capacity.{key}", "must be a table", table)
             if key == name:
                 params = dict(table)
-    unknown = set(data) - set(HEADROOM_KEYS)
+    unknown = set(data) - set(CAPACITY_KEYS)
     if unknown:
         field = sorted(unknown)[0]
-        raise ConfigError(f"headroom.{field}", f"unknown key; known: estimator, {', '.join(HEADROOM_KEYS)}")
+        raise ConfigError(f"capacity.{field}", f"unknown key; known: estimator, {', '.join(CAPACITY_KEYS)}")
     estimator = estimator_from_config(name, params)
     probes = Probes(data.pop("probe_bucket", 0.1), data.pop("probe_buckets", 50), now=now)
     background = data.pop("background", 0.0)
     if isinstance(background, str):
-        background = _convert(_function, background, False, "headroom.background")
+        background = _convert(_function, background, False, "capacity.background")
     capacity = data.pop("capacity_probes", [])
     if not isinstance(capacity, list):
-        raise ConfigError("headroom.capacity_probes", "must be a list of import strings", capacity)
-    probes_list = [_convert(_function, spec, False, f"headroom.capacity_probes[{i}]") if isinstance(spec, str)
+        raise ConfigError("capacity.capacity_probes", "must be a list of import strings", capacity)
+    probes_list = [_convert(_function, spec, False, f"capacity.capacity_probes[{i}]") if isinstance(spec, str)
                    else spec for i, spec in enumerate(capacity)]  # fmt: skip
     if name == "static" and "initial" not in data:
         data["initial"] = params["capacity"]
     for key, value in data.items():
         if key != "probe_mode" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"headroom.{key}", "must be a number", value)
-    return LiveHeadroom(estimator, capacity_probes=probes_list, background=background, probes=probes, now=now, **data)
+            raise ConfigError(f"capacity.{key}", "must be a number", value)
+    return LiveCapacity(estimator, capacity_probes=probes_list, background=background, probes=probes, now=now, **data)

@@ -39,7 +39,7 @@ RATE = f"{PREFIX}_rate_requests_per_second"  # gauge: the pacer's rate
 CAPACITY = f"{PREFIX}_capacity_requests_per_second"  # gauge: μ
 LAMBDA_NEW = f"{PREFIX}_protected_rate_requests_per_second"  # gauge: λ_new
 HEADROOM = f"{PREFIX}_headroom_requests_per_second"  # gauge: H = rate − λ_critical
-FLOOR = f"{PREFIX}_headroom_floor_requests_per_second"  # gauge: the configured floor (live headroom)
+FLOOR = f"{PREFIX}_capacity_floor_requests_per_second"  # gauge: the configured floor of a live capacity
 BASELINE = f"{PREFIX}_baseline_latency_seconds"  # gauge
 LATENCY = f"{PREFIX}_latency_seconds"  # gauge: mean latency of the last estimator window
 INFLIGHT = f"{PREFIX}_inflight_requests"  # gauge
@@ -74,7 +74,7 @@ class Snapshot:
 
     requests: dict[tuple[str, str, str], int]  # (route, class, verdict) -> count
     paced: dict[tuple[str, str], int]  # (route, class) -> admitted after a pacing hold
-    outcomes: dict[str, int]  # ok | dropped | error -> count (live headroom only)
+    outcomes: dict[str, int]  # ok | dropped | error -> count (a live capacity only)
     counters: dict[str, int]  # metric name -> count (unlabelled counters)
     gauges: dict[str, float]  # metric name -> value
     estimator: tuple[str, str]  # (estimator, state)
@@ -161,7 +161,7 @@ def snapshot(middleware: Tallied) -> Snapshot:
         paced[template, klass] = counts[AFTER_PACING]
     state: dict[str, Any] = gate.state(now)
     gauges = {name: float(state[key]) for name, key, _ in _GAUGES if state.get(key) is not None}
-    floor = getattr(gate.headroom, "floor", None)
+    floor = getattr(gate.capacity_source, "floor", None)
     if floor is not None:
         gauges[FLOOR] = float(floor)
     gauges[WAITERS] = float(gate.waiters)

@@ -53,10 +53,10 @@ def admitgate_tenants() -> Starlette:
 
 
 def _live(**options) -> Starlette:
-    from admitgate import BandwidthDelay, LiveHeadroom
+    from admitgate import BandwidthDelay, LiveCapacity
 
     app = _app()
-    live = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)  # probes on, never binding
+    live = LiveCapacity(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)  # probes on, never binding
     app.add_middleware(AdmitGate, rate=live, **options, settings=Settings(burst=1e9))
     return app
 
@@ -71,12 +71,12 @@ def admitgate_static_metrics() -> Starlette:
 
 
 def admitgate_live() -> Starlette:
-    """Live headroom: the probes run on every request."""
+    """Live capacity: the probes run on every request."""
     return _live()
 
 
 def admitgate_metrics() -> Starlette:
-    """Live headroom and Prometheus metrics (collected at scrape time)."""
+    """Live capacity and Prometheus metrics (collected at scrape time)."""
     from prometheus_client import CollectorRegistry
 
     return _live(metrics=CollectorRegistry())

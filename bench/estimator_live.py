@@ -1,4 +1,4 @@
-"""Live headroom on a real server: the demo behind AdmitGate with the bdp estimator, 2x overload, a step.
+"""Live capacity on a real server: the demo behind AdmitGate with the bdp estimator, 2x overload, a step.
 
     python bench/estimator_live.py [--seconds 40] [--json]
 
@@ -119,7 +119,7 @@ async def run(port: int, seconds: float, rate: float) -> dict:
 
 def main(seconds: float) -> dict:
     port = free_port()
-    env = {**os.environ, "ADMITGATE_ESTIMATOR": "bdp", "ADMITGATE_HEADROOM_INITIAL": "100"}
+    env = {**os.environ, "ADMITGATE_ESTIMATOR": "bdp", "ADMITGATE_CAPACITY_INITIAL": "100"}
     server = subprocess.Popen([sys.executable, "-m", "admitgate", "demo", "--port", str(port), "--quiet"], env=env,
                               preexec_fn=lambda: pin(0))  # fmt: skip
     try:

@@ -84,12 +84,12 @@ def tenants(app):
 
 
 def live(app, metrics: bool = False):
-    """Live headroom (probes on every request), optionally with Prometheus metrics (read at scrape time)."""
+    """Live capacity (probes on every request), optionally with Prometheus metrics (read at scrape time)."""
     from prometheus_client import CollectorRegistry
 
-    from admitgate import BandwidthDelay, LiveHeadroom
+    from admitgate import BandwidthDelay, LiveCapacity
 
-    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
+    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
     return AdmitGate(app, rate=headroom, metrics=CollectorRegistry() if metrics else None, settings=Settings(burst=1e9))
 
 

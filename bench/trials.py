@@ -1,7 +1,7 @@
 """Estimator trials: each capacity estimator against capacity steps, a ramp and sustained overload.
 
 The trials run the herd simulator (:mod:`admitgate.sim.engine`) with open-loop demand (Poisson arrivals
-that do not retry) and a live :class:`~admitgate.limit.headroom.LiveHeadroom`, so the real gate, probes
+that do not retry) and a live :class:`~admitgate.limit.capacity.LiveCapacity`, so the real gate, probes
 and estimators are judged on virtual time. True capacity is 20 workers × lognormal service times
 (mean 100 ms): 200 requests/s.
 
@@ -30,7 +30,7 @@ ESTIMATORS = ("static", "bdp", "gradient", "aimd")
 TOLERANCE = 0.15
 
 
-def _headroom(name: str, capacity: float) -> dict[str, Any]:
+def _capacity_table(name: str, capacity: float) -> dict[str, Any]:
     if name == "static":  # a static limit, tuned to the service's capacity before anything changes
         return {"estimator": "static", "static": {"capacity": capacity}}
     return {"estimator": name, "initial": 100.0}
@@ -40,7 +40,7 @@ def _scenario(estimator: str, seed: int, **fields: Any) -> Scenario:
     initial = fields.get("workers", 20) / fields.get("service_time", 0.1)
     base: dict[str, Any] = {"name": "trial", "clients": 0, "workers": 20, "service_time": 0.1,
                             "service_dist": "lognormal", "background_rate": 0.0, "duration": 60.0,
-                            "demand": [(0.0, 2 * CAPACITY)], "estimator": _headroom(estimator, initial),
+                            "demand": [(0.0, 2 * CAPACITY)], "estimator": _capacity_table(estimator, initial),
                             "seed": seed}  # fmt: skip
     base.update(fields)
     return Scenario(**base)

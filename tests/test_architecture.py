@@ -60,5 +60,5 @@ def test_importing_the_core_loads_no_framework() -> None:
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", IMPORT_THE_CORE],
                           capture_output=True, text=True, check=True, cwd=ROOT)  # fmt: skip
     loaded = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    assert "admitgate.core.gate" in loaded and "admitgate.limit.headroom" in loaded  # the check saw the core
+    assert "admitgate.core.gate" in loaded and "admitgate.limit.capacity" in loaded  # the check saw the core
     assert [name for name in loaded if name.split(".")[0] in SHELL_ONLY] == []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from admitgate import AdmitGate, Settings
-from admitgate.config import headroom_from_config, load
+from admitgate.config import capacity_from_config, load
 from admitgate.core.errors import ConfigError
+from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import BandwidthDelay, Gradient
-from admitgate.limit.headroom import LiveHeadroom
 
 
 async def app(scope, receive, send):  # pragma: no cover - never called
@@ -19,56 +19,56 @@ def pool_capacity(now: float) -> float:
     return 123.0
 
 
-def test_toml_builds_a_live_headroom(tmp_path) -> None:
+def test_toml_builds_a_live_capacity(tmp_path) -> None:
     path = tmp_path / "admitgate.toml"
     path.write_text("""
 [settings]
 burst = 20
 max_pacing_delay = 1.0
-[headroom]
+[capacity]
 estimator = "gradient"
 initial = 150
 floor = 5
 capacity_probes = ["tests.test_config:pool_capacity"]
-[headroom.gradient]
+[capacity.gradient]
 tolerance = 0.4
-[headroom.bdp]
+[capacity.bdp]
 tolerance = 9   # tables for other estimators are accepted and ignored
 """)
     kwargs = load(path, env={})
     assert kwargs["settings"] == Settings(burst=20, max_pacing_delay=1.0)
-    headroom = kwargs["rate"]
-    assert isinstance(headroom, LiveHeadroom) and isinstance(headroom.estimator, Gradient)
-    assert headroom.estimator.tolerance == 0.4 and headroom.floor == 5 and headroom.initial == 150
-    assert headroom.capacity_probes[0](0.0) == 123.0
+    source = kwargs["rate"]
+    assert isinstance(source, LiveCapacity) and isinstance(source.estimator, Gradient)
+    assert source.estimator.tolerance == 0.4 and source.floor == 5 and source.initial == 150
+    assert source.capacity_probes[0](0.0) == 123.0
     AdmitGate(app, **kwargs)  # the middleware accepts it as is
 
 
 def test_environment_overrides_the_file(tmp_path) -> None:
     path = tmp_path / "a.toml"
-    path.write_text('[headroom]\nestimator = "gradient"\n')
+    path.write_text('[capacity]\nestimator = "gradient"\n')
     env = {"ADMITGATE_CONFIG": str(path), "ADMITGATE_ESTIMATOR": "bdp", "ADMITGATE_BDP_TOLERANCE": "0.3",
-           "ADMITGATE_HEADROOM_FLOOR": "7", "ADMITGATE_BURST": "12", "OTHER": "x"}  # fmt: skip
+           "ADMITGATE_CAPACITY_FLOOR": "7", "ADMITGATE_BURST": "12", "OTHER": "x"}  # fmt: skip
     kwargs = load(env=env)
     assert isinstance(kwargs["rate"].estimator, BandwidthDelay)
     assert kwargs["rate"].estimator.tolerance == 0.3 and kwargs["rate"].floor == 7
     assert kwargs["settings"].burst == 12
 
 
-def test_static_rate_without_a_headroom_table() -> None:
+def test_static_rate_without_a_capacity_table() -> None:
     assert load(env={"ADMITGATE_RATE": "250"}) == {"rate": 250}
 
 
 @pytest.mark.parametrize(
     ("text", "env", "field"),
     [
-        ('[headroom]\nestimator = "vegas"\n', {}, "headroom.estimator"),
-        ("[headroom]\nfloor = -1\n", {}, "headroom.floor"),
-        ("[headroom.bdp]\ntolerance = 0\n", {}, "headroom.bdp.tolerance"),
-        ("[headroom]\nflor = 1\n", {}, "headroom.flor"),
+        ('[capacity]\nestimator = "vegas"\n', {}, "capacity.estimator"),
+        ("[capacity]\nfloor = -1\n", {}, "capacity.floor"),
+        ("[capacity.bdp]\ntolerance = 0\n", {}, "capacity.bdp.tolerance"),
+        ("[capacity]\nflor = 1\n", {}, "capacity.flor"),
         ("[gate]\nburst = 'x'\n", {}, "gate.burst"),
         ("[gaet]\n", {}, "gaet"),
-        ('[headroom]\ncapacity_probes = ["no.such.module:f"]\n', {}, "headroom.capacity_probes[0]"),
+        ('[capacity]\ncapacity_probes = ["no.such.module:f"]\n', {}, "capacity.capacity_probes[0]"),
         ("not = [toml", {}, "config"),
     ],
 )
@@ -85,8 +85,8 @@ def test_missing_file() -> None:
         load("/nonexistent/admitgate.toml", env={})
 
 
-def test_headroom_defaults_to_bdp() -> None:
-    assert isinstance(headroom_from_config({}).estimator, BandwidthDelay)
+def test_capacity_defaults_to_bdp() -> None:
+    assert isinstance(capacity_from_config({}).estimator, BandwidthDelay)
 
 
 def test_everything_code_can_pass_can_be_set_from_the_environment(caplog) -> None:
@@ -112,8 +112,8 @@ def test_everything_code_can_pass_can_be_set_from_the_environment(caplog) -> Non
     assert gate.gate.pacer.burst == 7 and gate.headers.status == 503
 
 
-def test_a_headroom_setting_beside_a_static_rate_is_ignored_with_a_warning(caplog) -> None:
-    assert load(env={"ADMITGATE_RATE": "100", "ADMITGATE_HEADROOM_FLOOR": "5"}) == {"rate": 100}
+def test_a_capacity_setting_beside_a_static_rate_is_ignored_with_a_warning(caplog) -> None:
+    assert load(env={"ADMITGATE_RATE": "100", "ADMITGATE_CAPACITY_FLOOR": "5"}) == {"rate": 100}
     assert "nothing is learnt" in caplog.text
 
 
@@ -143,3 +143,21 @@ def test_classes_and_headers_from_a_file(tmp_path) -> None:
     options = load(path, env={})
     gate = AdmitGate(app, rate=10, **options)
     assert gate.headers.status == 503 and gate.gate.pacer.burst == 3 and set(options["classes"]) == {"batch", "default"}
+
+
+def test_the_names_of_0_1_0_for_the_capacity_settings_are_refused_with_the_new_name(tmp_path) -> None:
+    """[headroom] and ADMITGATE_HEADROOM_* (0.1.0) are [capacity] and ADMITGATE_CAPACITY_* now: start-up fails
+    saying so, rather than learning with settings silently dropped."""
+    path = tmp_path / "old.toml"
+    path.write_text("[headroom]\nfloor = 5\n")
+    with pytest.raises(ConfigError, match=r"headroom.*\[capacity\]"):
+        load(path, env={})
+    with pytest.raises(ConfigError, match=r"ADMITGATE_HEADROOM_FLOOR.*ADMITGATE_CAPACITY_FLOOR"):
+        load(env={"ADMITGATE_HEADROOM_FLOOR": "5"})
+
+
+def test_the_0_1_0_class_name_still_imports_with_a_deprecation_warning() -> None:
+    import admitgate
+
+    with pytest.warns(DeprecationWarning, match="admitgate.LiveHeadroom is now admitgate.LiveCapacity"):
+        assert admitgate.LiveHeadroom is LiveCapacity

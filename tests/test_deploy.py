@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from admitgate import AdmitGate, LiveHeadroom
+from admitgate import AdmitGate, LiveCapacity
 from admitgate.config import load
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -19,7 +19,7 @@ async def app(scope, receive, send):  # pragma: no cover - never called
 
 def test_the_shipped_config_is_valid_in_both_places(tmp_path) -> None:
     kwargs = load(DEPLOY / "admitgate.toml", env={})
-    assert isinstance(kwargs["rate"], LiveHeadroom)
+    assert isinstance(kwargs["rate"], LiveCapacity)
     AdmitGate(app, **kwargs)
     docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "admitgate.yaml").read_text()))
     kinds = {d["kind"] for d in docs}
@@ -27,7 +27,7 @@ def test_the_shipped_config_is_valid_in_both_places(tmp_path) -> None:
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     path = tmp_path / "admitgate.toml"
     path.write_text(config_map["data"]["admitgate.toml"])
-    assert isinstance(load(path, env={})["rate"], LiveHeadroom)
+    assert isinstance(load(path, env={})["rate"], LiveCapacity)
 
 
 def test_compose_wires_the_app_redis_prometheus_and_grafana() -> None:

@@ -225,15 +225,15 @@ def test_aimd_adds_while_under_target_and_multiplies_down_once_per_latency() -> 
 
 
 def test_config_errors_name_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"headroom\.estimator"):
+    with pytest.raises(ConfigError, match=r"capacity\.estimator"):
         estimator_from_config("vegas")
-    with pytest.raises(ConfigError, match=r"headroom\.bdp\.tolerance"):
+    with pytest.raises(ConfigError, match=r"capacity\.bdp\.tolerance"):
         estimator_from_config("bdp", {"tolerance": -1})
-    with pytest.raises(ConfigError, match=r"headroom\.bdp\.bogus"):
+    with pytest.raises(ConfigError, match=r"capacity\.bdp\.bogus"):
         estimator_from_config("bdp", {"bogus": 1})
-    with pytest.raises(ConfigError, match=r"headroom\.static\.capacity"):
+    with pytest.raises(ConfigError, match=r"capacity\.static\.capacity"):
         estimator_from_config("static")
-    with pytest.raises(ConfigError, match=r"headroom\.gradient\.min_gradient"):
+    with pytest.raises(ConfigError, match=r"capacity\.gradient\.min_gradient"):
         estimator_from_config("gradient", {"min_gradient": "x"})
-    with pytest.raises(ConfigError, match=r"headroom\.aimd\.backoff"):
+    with pytest.raises(ConfigError, match=r"capacity\.aimd\.backoff"):
         AIMD(backoff=1.5)

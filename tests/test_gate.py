@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from admitgate import ConfigError, Settings
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
-from admitgate.limit.headroom import StaticHeadroom
+from admitgate.limit.capacity import StaticCapacity
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
@@ -122,7 +122,7 @@ def test_lambda_new_is_measured_from_first_attempts_and_a_herd_is_not_new_traffi
     g = Gate(200, Settings(burst=20, max_pacing_delay=1.5), now=0.0)
     now = warm(g, 6, new_per_second=20)
     assert g.new_rate() == pytest.approx(20, abs=1)
-    assert g.shed_rate(now) == pytest.approx(200 - 20 - math.sqrt(20), abs=1)
+    assert g.headroom(now) == pytest.approx(200 - 20 - math.sqrt(20), abs=1)
     for i in range(2000):  # a herd within one second
         admit(g, now + i / 4000, key=i)
     now = warm(g, 2, new_per_second=20, start=math.floor(now) + 1)
@@ -276,7 +276,7 @@ def test_a_deep_rate_cut_makes_held_requests_reserve_again_and_turns_away_those_
     assert len(admitted) <= 10 + 20 * 1.0  # what was due before the cut, then 20/s
 
 
-def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
+def test_capacity_changes_are_pulled_on_the_refresh_cadence() -> None:
     class Ramp:
         def rate(self, now: float) -> float:
             return 10.0 + now
@@ -286,7 +286,7 @@ def test_headroom_changes_are_pulled_on_the_refresh_cadence() -> None:
     assert g.pacer.rate == 10.0
     g.refresh(0.5)
     assert g.pacer.rate == 10.5
-    assert isinstance(StaticHeadroom(3), StaticHeadroom)
+    assert isinstance(StaticCapacity(3), StaticCapacity)
 
 
 @pytest.mark.parametrize(

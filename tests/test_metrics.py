@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admitgate import AdmitGate, BandwidthDelay, LiveHeadroom, ManualClock, Settings
+from admitgate import AdmitGate, BandwidthDelay, LiveCapacity, ManualClock, Settings
 from admitgate import metrics as m
 from admitgate.core.gate import PACING_BOUNDS
 from admitgate.limit.probes import LATENCY_BOUNDS
@@ -61,7 +61,7 @@ async def test_exposition_is_derived_from_the_gate(clock: ManualClock) -> None:
     registry = CollectorRegistry()
     gate = AdmitGate(
         ok_app,
-        rate=LiveHeadroom(BandwidthDelay(seed=1), initial=1, floor=1, now=clock()),
+        rate=LiveCapacity(BandwidthDelay(seed=1), initial=1, floor=1, now=clock()),
         routes={"/items/{id}": {"cost": 1}},
         clock=clock,
         metrics=registry,
@@ -131,7 +131,7 @@ def test_no_registry_no_metrics() -> None:
 @pytest.mark.integration
 def test_promtool_accepts_the_exposition_and_the_deploy_files(tmp_path) -> None:
     registry = CollectorRegistry()
-    AdmitGate(ok_app, rate=LiveHeadroom(BandwidthDelay(seed=1)), metrics=registry)
+    AdmitGate(ok_app, rate=LiveCapacity(BandwidthDelay(seed=1)), metrics=registry)
     check = subprocess.run([promtool(), "check", "metrics"], input=generate_latest(registry), capture_output=True)
     assert check.returncode == 0, check.stderr.decode() + check.stdout.decode()
     for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"],
@@ -192,7 +192,7 @@ def test_real_prometheus_scrapes_and_every_panel_and_alert_query_returns_series(
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is required (Debian package 'prometheus'; .ci/run installs it)"
     registry = CollectorRegistry()
-    live = LiveHeadroom(BandwidthDelay(seed=1), initial=100, floor=1)
+    live = LiveCapacity(BandwidthDelay(seed=1), initial=100, floor=1)
     app = demo_app(Upstream(workers=4, service_time=0.02), metrics=registry, rate=live, settings=Settings(burst=4))
     with serve(app) as url:
         port = free_port()

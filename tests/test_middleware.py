@@ -434,8 +434,8 @@ def test_a_prebuilt_gate_gives_the_backend_its_own_rate() -> None:
 
 @pytest.mark.anyio
 async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: ManualClock, sleep) -> None:
+    from admitgate.limit.capacity import LiveCapacity
     from admitgate.limit.estimators import BandwidthDelay
-    from admitgate.limit.headroom import LiveHeadroom
 
     async def streaming(scope, receive, send):
         if scope["path"] == "/boom":
@@ -446,7 +446,7 @@ async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: 
         clock.advance(0.25)  # the body streams for a quarter of a second
         await send({"type": "http.response.body", "body": b"b"})
 
-    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=100, now=clock())
+    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=100, now=clock())
     gate = AdmitGate(streaming, rate=headroom, clock=clock, sleep=sleep)
     probes = gate.gate.probes
     assert probes is headroom.probes

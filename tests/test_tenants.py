@@ -323,9 +323,9 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
     """With tenants on, every decision is taken in a pool; the estimator learning μ reads the root's probes.
     Unless the pools report pacing and rejections there, it sees a gate that never limits (app-limited)
     and never raises μ past its first guess: a herd in one tenant then drained at 2.3× its bound."""
-    from admitgate import BandwidthDelay, LiveHeadroom
+    from admitgate import BandwidthDelay, LiveCapacity
 
-    headroom = LiveHeadroom(BandwidthDelay(seed=1), initial=10)
+    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=10)
     root = Gate(headroom, Settings(tarpit=0.0))
     tenants = Tenants(Tenancy(establish=1), root)
     for i in range(50):  # far above 10/s at one instant: paced, then rejected

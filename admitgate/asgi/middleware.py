@@ -29,7 +29,7 @@ from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import Priority, Rule
 from ..core.schedule import SLOT_GRACE
 from ..core.settings import Settings
-from ..limit.headroom import Headroom
+from ..limit.capacity import Capacity
 from ..limit.probes import Probes
 from ..metrics import (
     ABANDONED,
@@ -67,7 +67,7 @@ class AdmitGate:
         app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
 
     ``rate``: the capacity μ of the service in requests/s; None (default) learns it live; a
-    :class:`~admitgate.limit.headroom.Headroom` (such as ``LiveHeadroom``) for a tuned estimator.
+    :class:`~admitgate.limit.capacity.Capacity` (such as ``LiveCapacity``) for a tuned estimator.
     ``routes``: route template -> ``{"cost": tokens, "class": name, "exempt": bool}``. ``exempt``:
     templates never gated, each covering the paths below it. ``classes``: name ->
     :class:`~admitgate.priority.Priority` (default: critical, default, sheddable); ``default_class``: the
@@ -94,7 +94,7 @@ class AdmitGate:
         self,
         app: ASGIApp,
         *,
-        rate: float | Headroom | None = None,
+        rate: float | Capacity | None = None,
         routes: Mapping[str, Mapping[str, object] | Rule] | None = None,
         exempt: Iterable[str] = DEFAULT_EXEMPT,
         classes: Mapping[str, Priority] | None = None,
@@ -239,7 +239,7 @@ class AdmitGate:
         if probes is None:
             await self.app(scope, receive, send)
             return
-        # Probes (live headroom): in flight, latency until the app has finished its response (the app
+        # Probes (a live capacity): in flight, latency until the app has finished its response (the app
         # returns after its last body chunk, so streaming counts in full), and the outcome. An app that
         # raises is an error; a cancelled one (the client went away) gives no sample.
         probes.admit(now)
@@ -411,9 +411,9 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
     settings = instance("settings", settings, Settings)
     count = integer("workers", workers, 1, 1024) if workers is not None else None
     if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
-        from ..config import headroom_from_config
+        from ..config import capacity_from_config
 
-        return Gate(headroom_from_config({}, now=now), settings, now=now)
+        return Gate(capacity_from_config({}, now=now), settings, now=now)
     if count is not None and server is not None and server.workers not in (None, count):
         log.warning("admitgate: workers=%d, but the server runs %d (%s)", count, server.workers, server.how)
     if count is None and server is not None:
@@ -422,10 +422,10 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
             log.warning("admitgate: this process is one of several workers of %s, and each admits rate=%r on its "
                         "own; declare how many share it (workers=N, or ADMITGATE_WORKERS) or share one budget "
                         "(backend='redis://...')", server.how, rate)  # fmt: skip
-    if not count or count == 1 or shared or isinstance(rate, Headroom):
+    if not count or count == 1 or shared or isinstance(rate, Capacity):
         return Gate(rate, settings, now=now)  # type: ignore[arg-type]  # (Gate checks rate's type)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise ConfigError("rate", "must be requests/s (a number) or a Headroom such as LiveHeadroom", rate)
+        raise ConfigError("rate", "must be requests/s (a number) or a Capacity such as LiveCapacity", rate)
     log.info("admitgate: %d workers share rate=%g requests/s: this one admits %g", count, rate, rate / count)
     burst = None if settings.burst is None else max(1.0, settings.burst / count)  # a request needs a whole token
     return Gate(rate / count, dataclasses.replace(settings, burst=burst), now=now)

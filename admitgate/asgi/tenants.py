@@ -161,7 +161,7 @@ class Tenancy:
 
 
 class Share:
-    """A pool's rate source (a :class:`~admitgate.headroom.Headroom` its gate reads): the rate its pacer
+    """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): the rate its pacer
     refills at (requests/s), and the ``capacity`` its Retry-After is told at (its entitlement)."""
 
     __slots__ = ("capacity", "growth", "value")

@@ -131,7 +131,7 @@ class RedisBudget:
         #: leases without a refusal; what is not used goes back to the shared bucket at the next lease
         self.lease_margin = 2.0
         self._gate: Gate | None = None
-        self.local_rate: float | None = None  # this replica's own μ (from its headroom), published
+        self.local_rate: float | None = None  # this replica's own μ (from its capacity source), published
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
         self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
@@ -187,7 +187,7 @@ class RedisBudget:
             await self.lease(started)
             await asyncio.sleep(max(0.0, self.lease_interval - (loop.time() - started)))
 
-    def shed_rate(self, backlog: float) -> float | None:
+    def headroom(self, backlog: float) -> float | None:
         """This replica's share of the fleet's H, requests/s, for a schedule ``backlog`` tokens long now;
         None before the first lease (the replica's own H applies)."""
         if not self.fleet_rate or self.round_trips == 0:  # (no lease yet, or a fleet rate of 0)
@@ -215,7 +215,7 @@ class RedisBudget:
         # What the next interval will ask for: the recent demand, or what this replica's share of the fleet's
         # schedule will bring back plus its new arrivals, whichever is more (a herd's returners come at their
         # places, not at the rate they were turned away).
-        share = self.shed_rate(gate.schedule.holders) if gate.schedule.holders else None
+        share = self.headroom(gate.schedule.holders) if gate.schedule.holders else None
         if share is not None:  # its share of the fleet's schedule, and its new arrivals
             new = gate.new_rate()
             want = (share + new + math.sqrt(new)) * self.lease_interval

@@ -15,7 +15,7 @@ class Budget(Protocol):
     #: This replica's own capacity estimate, requests/s, which the gate publishes to the fleet (None: not yet).
     local_rate: float | None
 
-    def shed_rate(self, backlog: float) -> float | None:
+    def headroom(self, backlog: float) -> float | None:
         """This replica's share of the fleet's shed rate H, requests/s, for a retry schedule ``backlog`` tokens
         long now; None while the fleet's figures are unknown (the replica's own H applies then)."""
         ...

@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..limit.headroom import Headroom, StaticHeadroom
+from ..limit.capacity import Capacity, StaticCapacity
 from ..limit.probes import Probes
 from .budget import Budget
 from .errors import ConfigError, integer, number
@@ -161,19 +161,19 @@ class NewRate:
 class Gate:
     """Token pacer + retry schedule + pacing and tarpit bounds.
 
-    ``rate``: the capacity μ in requests/s, or a :class:`Headroom` that reports it (live).
+    ``rate``: the capacity μ in requests/s, or a :class:`Capacity` that reports it (live).
     ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`; its defaults if None).
     ``now``: the time it starts at, seconds.
     """
 
-    def __init__(self, rate: float | Headroom, settings: Settings | None = None, *, now: float = 0.0) -> None:
+    def __init__(self, rate: float | Capacity, settings: Settings | None = None, *, now: float = 0.0) -> None:
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise ConfigError("settings", "must be an admitgate.Settings", settings)
         self.settings = settings
-        self.headroom: Headroom = _headroom(rate)
-        initial = _initial_rate(self.headroom, now)
+        self.capacity_source: Capacity = _capacity_source(rate)
+        initial = _initial_rate(self.capacity_source, now)
         s = settings
         burst = max(1.0, initial / 10) if s.burst is None else s.burst
         self.max_pacing_delay = s.max_pacing_delay
@@ -194,8 +194,8 @@ class Gate:
         self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
         self._new = NewRate(s.new_window, now)
         self.stats = GateStats()
-        #: probe aggregates the middleware records into, if the headroom source reads them (else None)
-        self.probes: Probes | None = getattr(self.headroom, "probes", None)
+        #: probe aggregates the middleware records into, if the capacity source reads them (else None)
+        self.probes: Probes | None = getattr(self.capacity_source, "probes", None)
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
         self.waiters = 0  #: requests held by pacing now
@@ -211,21 +211,21 @@ class Gate:
     @property
     def static_rate(self) -> float | None:
         """The capacity in requests/s if it was typed in (a number, not a live source), else None."""
-        return self.headroom.value if isinstance(self.headroom, StaticHeadroom) else None
+        return self.capacity_source.value if isinstance(self.capacity_source, StaticCapacity) else None
 
     # -- rates ----------------------------------------------------------------------------
     def refresh(self, now: float) -> None:
-        """Pull μ from the headroom source, update λ_new, and move the schedule at H (call at any rate)."""
+        """Pull μ from the capacity source, update λ_new, and move the schedule at H (call at any rate)."""
         if now < self.next_refresh:
             return
         self.next_refresh = now + self.refresh_interval
-        rate = self.headroom.rate(now)
+        rate = self.capacity_source.rate(now)
         backend = self.backend
         self._new.update(self.new_requests, now)
         shared = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
-            shared = backend.shed_rate(self.schedule.holders)
+            shared = backend.headroom(self.schedule.holders)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
@@ -233,7 +233,7 @@ class Gate:
             self._promise = shared
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
-            self._promise = self.shed_rate(now)
+            self._promise = self.headroom(now)
         self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
         self._peak_at = now
         if self._overflowing and self.schedule.horizon(now) < self._cap:
@@ -249,7 +249,7 @@ class Gate:
         """λ_new: the measured rate of new requests, requests/s."""
         return self._new.rate
 
-    def shed_rate(self, now: float) -> float:
+    def headroom(self, now: float) -> float:
         """H: the rate returning clients may come back at, requests/s (what they are told by).
 
         H = μ − λ_new − √λ_new, floored at a small share of μ. New requests arrive at random (about
@@ -267,17 +267,17 @@ class Gate:
 
     @property
     def capacity(self) -> float:
-        """μ, requests/s: what the headroom source believes the service can take.
+        """μ, requests/s: what the capacity source believes the service can take.
 
         For a live source this is the estimator's belief, not the rate it sets the pacer to while it
         drains a queue: the schedule is timed by what the service can take, not by a moment's dip.
         """
-        return getattr(self.headroom, "capacity", None) or self.pacer.rate
+        return getattr(self.capacity_source, "capacity", None) or self.pacer.rate
 
     @property
     def growth(self) -> float:
         """How fast H may rise per second in the forecast that times Retry-After (see the class docstring)."""
-        return self._growth if self._growth is not None else getattr(self.headroom, "growth", 0.0)
+        return self._growth if self._growth is not None else getattr(self.capacity_source, "growth", 0.0)
 
     def _flooded(self) -> bool:
         """New requests alone fill the capacity (H is at its floor): sustained overload, not a herd."""
@@ -288,8 +288,8 @@ class Gate:
         """What the gate believes now: μ, λ_new and H (requests/s), plus the estimator's state."""
         new = self._new.rate
         out: dict[str, float | str | None] = {"rate": self.pacer.rate, "lambda_new": new}
-        out.update(headroom=self.shed_rate(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
-        reader = getattr(self.headroom, "state", None)
+        out.update(headroom=self.headroom(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
+        reader = getattr(self.capacity_source, "state", None)
         if reader is not None:
             live = reader()
             out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
@@ -484,19 +484,19 @@ class Gate:
         return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"
 
 
-def _headroom(rate: object) -> Headroom:
-    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE) or a Headroom."""
-    if isinstance(rate, Headroom) and callable(getattr(rate, "rate", None)):
+def _capacity_source(rate: object) -> Capacity:
+    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE) or a Capacity."""
+    if isinstance(rate, Capacity) and callable(getattr(rate, "rate", None)):
         return rate
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise ConfigError("rate", "must be requests/s (a number) or a Headroom such as LiveHeadroom", rate)
-    return StaticHeadroom(rate)
+        raise ConfigError("rate", "must be requests/s (a number) or a Capacity such as LiveCapacity", rate)
+    return StaticCapacity(rate)
 
 
-def _initial_rate(headroom: Headroom, now: float) -> float:
-    """What ``headroom`` reports at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
+def _initial_rate(source: Capacity, now: float) -> float:
+    """What ``source`` reports at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
     try:
-        initial = headroom.rate(now)
+        initial = source.rate(now)
     except Exception as exc:
         raise ConfigError("rate", f"the rate source failed: {exc!r}") from exc
     return number("rate", initial, MIN_RATE, MAX_RATE, unit="requests/s")

@@ -1,4 +1,4 @@
-"""Token pacer: a token bucket whose refill rate (the headroom H) can change at any time.
+"""Token pacer: a token bucket whose refill rate (the capacity μ the gate is told) can change at any time.
 
 The bucket holds up to ``burst`` tokens and refills at ``rate`` tokens per second.
 Tokens may go *negative*: a paced request reserves a token that will only exist a

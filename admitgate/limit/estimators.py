@@ -2,7 +2,7 @@
 
 Every estimator implements :class:`Estimator`: :meth:`~Estimator.estimate` takes a
 :class:`Window` (a summary of the last second or so of probes, computed by
-:class:`~admitgate.limit.headroom.LiveHeadroom` on the gate's refresh cadence) and returns the rate the
+:class:`~admitgate.limit.capacity.LiveCapacity` on the gate's refresh cadence) and returns the rate the
 gate should admit at, while :attr:`~Estimator.mu` holds its belief about the capacity. The two
 differ only while an estimator drains a queue it caused. None of them reads a clock: time comes in
 the window, so the herd simulator runs them on virtual time.
@@ -140,7 +140,7 @@ class Static:
     baseline: float | None = None
 
     def __init__(self, capacity: float) -> None:
-        self.mu: float | None = positive("headroom.static.capacity", capacity)
+        self.mu: float | None = positive("capacity.static.capacity", capacity)
         self.state = "static"
 
     def estimate(self, window: Window) -> float:
@@ -154,8 +154,8 @@ class _Measured:
     measured = True
 
     def __init__(self, baseline_window: float, reprobe: float, seed: int | None) -> None:
-        self._baseline = Baseline(positive(f"headroom.{self.name}.baseline_window", baseline_window))
-        self.reprobe = positive(f"headroom.{self.name}.reprobe", reprobe)
+        self._baseline = Baseline(positive(f"capacity.{self.name}.baseline_window", baseline_window))
+        self.reprobe = positive(f"capacity.{self.name}.reprobe", reprobe)
         self._rng = random.Random(seed)
         self.mu: float | None = None
         self.state = "starting"
@@ -230,15 +230,15 @@ class BandwidthDelay(_Measured):
         seed: int | None = None,
     ) -> None:
         super().__init__(baseline_window, reprobe, seed)
-        self.tolerance = positive("headroom.bdp.tolerance", tolerance)
-        integer("headroom.bdp.confirm", confirm, 1)
+        self.tolerance = positive("capacity.bdp.tolerance", tolerance)
+        integer("capacity.bdp.confirm", confirm, 1)
         self.confirm = confirm
-        self.probe_gain = positive("headroom.bdp.probe_gain", probe_gain)
-        self.startup_gain = positive("headroom.bdp.startup_gain", startup_gain)
+        self.probe_gain = positive("capacity.bdp.probe_gain", probe_gain)
+        self.startup_gain = positive("capacity.bdp.startup_gain", startup_gain)
         self._started = False  # the service has been seen saturated (start-up is over)
         self._before, self._before_at = 0.0, 0.0  # μ before the last collapse (an outage), and when it was seen
-        self.cruise = non_negative("headroom.bdp.cruise", cruise)
-        self.drain_time = positive("headroom.bdp.drain_time", drain_time)
+        self.cruise = non_negative("capacity.bdp.cruise", cruise)
+        self.drain_time = positive("capacity.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
         self._drain_at = self._drain_busy = self._drain_target = 0.0
         self._plateau: float | None = None  # Little's latency at the first plateau of this drain
@@ -462,10 +462,10 @@ class Gradient(_Measured):
         seed: int | None = None,
     ) -> None:
         super().__init__(baseline_window, reprobe, seed)
-        self.tolerance = positive("headroom.gradient.tolerance", tolerance)
-        self.min_gradient = _fraction("headroom.gradient.min_gradient", min_gradient)
-        self.smoothing = _fraction("headroom.gradient.smoothing", smoothing, high=1.0 + 1e-9)
-        self.probe_gain = positive("headroom.gradient.probe_gain", probe_gain)
+        self.tolerance = positive("capacity.gradient.tolerance", tolerance)
+        self.min_gradient = _fraction("capacity.gradient.min_gradient", min_gradient)
+        self.smoothing = _fraction("capacity.gradient.smoothing", smoothing, high=1.0 + 1e-9)
+        self.probe_gain = positive("capacity.gradient.probe_gain", probe_gain)
         self._frozen_since: float | None = None
         self._reprobe_at = 0.0
 
@@ -516,14 +516,14 @@ class AIMD(_Measured):
         seed: int | None = None,
     ) -> None:
         super().__init__(baseline_window, reprobe, seed)
-        self.increase = positive("headroom.aimd.increase", increase)
-        self.backoff = _fraction("headroom.aimd.backoff", backoff)
+        self.increase = positive("capacity.aimd.increase", increase)
+        self.backoff = _fraction("capacity.aimd.backoff", backoff)
         self.latency_target = (
-            None if latency_target is None else positive("headroom.aimd.latency_target", latency_target)
+            None if latency_target is None else positive("capacity.aimd.latency_target", latency_target)
         )
-        self.target_ratio = positive("headroom.aimd.target_ratio", target_ratio)
+        self.target_ratio = positive("capacity.aimd.target_ratio", target_ratio)
         if self.target_ratio <= 1:
-            raise ConfigError("headroom.aimd.target_ratio", "must be > 1", target_ratio)
+            raise ConfigError("capacity.aimd.target_ratio", "must be > 1", target_ratio)
         self._cool = 0.0
         self._over_since: float | None = None
         self._reprobe_at = 0.0
@@ -562,7 +562,7 @@ ESTIMATORS: dict[str, type] = {"static": Static, "bdp": BandwidthDelay, "gradien
 def estimator_from_config(name: str, params: Mapping[str, Any] | None = None) -> Estimator:
     """Build an estimator by name with keyword ``params``; errors name the offending field."""
     if name not in ESTIMATORS:
-        raise ConfigError("headroom.estimator", f"unknown; known: {', '.join(ESTIMATORS)}", name)
+        raise ConfigError("capacity.estimator", f"unknown; known: {', '.join(ESTIMATORS)}", name)
     cls = ESTIMATORS[name]
     params = dict(params or {})
     import inspect
@@ -570,13 +570,13 @@ def estimator_from_config(name: str, params: Mapping[str, Any] | None = None) ->
     accepted = set(inspect.signature(cls).parameters)
     for key in params:
         if key not in accepted:
-            raise ConfigError(f"headroom.{name}.{key}", f"unknown parameter; known: {', '.join(sorted(accepted))}")
+            raise ConfigError(f"capacity.{name}.{key}", f"unknown parameter; known: {', '.join(sorted(accepted))}")
     if name == "static" and "capacity" not in params:
-        raise ConfigError("headroom.static.capacity", "is required for the static estimator")
+        raise ConfigError("capacity.static.capacity", "is required for the static estimator")
     for key, value in params.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"headroom.{name}.{key}", "must be a number", value)
+            raise ConfigError(f"capacity.{name}.{key}", "must be a number", value)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"headroom.{name}.{key}", "must be finite", value)
+            raise ConfigError(f"capacity.{name}.{key}", "must be finite", value)
     estimator: Estimator = cls(**params)
     return estimator

@@ -34,8 +34,8 @@ from ..core.backoff import backoff_delay
 from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import DEFAULT_CLASSES
 from ..core.settings import Settings
+from ..limit.capacity import LiveCapacity
 from ..limit.estimators import Static
-from ..limit.headroom import LiveHeadroom
 from .herd import Attempt, HerdResult, summarise
 from .scenario import Scenario
 
@@ -76,15 +76,15 @@ class Simulation:
         s = scenario
         rate: Any = s.workers / s.service_time * s.rate_fraction
         if s.estimator is not None:
-            from ..config import headroom_from_config
+            from ..config import capacity_from_config
 
             table = dict(s.estimator)
             name = table.get("estimator", "bdp")
             if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
                 table[name] = {"seed": s.seed, **table.get(name, {})}
-            rate = headroom_from_config(table)
+            rate = capacity_from_config(table)
         elif s.capacity_known:  # the operator's capacity, as it changes: a replacing external probe
-            rate = LiveHeadroom(Static(rate), capacity_probes=[self._true_capacity], probe_mode="replace",
+            rate = LiveCapacity(Static(rate), capacity_probes=[self._true_capacity], probe_mode="replace",
                                 max_step=1e6, min_samples=1)  # fmt: skip
         self.gate = (
             Gate(
@@ -153,7 +153,11 @@ class Simulation:
             handlers[kind](t, data)
             if open_loop and t >= next_trace:
                 next_trace = round(t * 10) / 10 + 0.1
-                mu = None if self.gate is None else getattr(getattr(self.gate.headroom, "estimator", None), "mu", None)
+                mu = (
+                    None
+                    if self.gate is None
+                    else getattr(getattr(self.gate.capacity_source, "estimator", None), "mu", None)
+                )
                 rate = self.gate.pacer.rate if self.gate is not None else float("inf")
                 self.trace.append((round(t, 1), self.up.workers / self.up.service_time, rate, mu))
             if t >= next_sample:  # one sample a second of what the gate believes and the upstream can do
@@ -161,7 +165,7 @@ class Simulation:
                 second = int(t)
                 self.series["capacity"][second] = self.up.workers / self.up.service_time
                 if self.gate is not None:
-                    self.series["headroom"][second] = self.gate.shed_rate(t)
+                    self.series["headroom"][second] = self.gate.headroom(t)
             if self.progress and self.seq - last_report > 200_000:
                 last_report = self.seq
                 if time.monotonic() - wall > 2.0:

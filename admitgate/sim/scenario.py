@@ -30,7 +30,7 @@ class Scenario:
     queue_timeout: float = 1.0
     capacity: list[tuple[float, ...]] = field(default_factory=list)  # (time, workers[, service_time]) steps
     demand: list[tuple[float, float]] = field(default_factory=list)  # (time, rate) open-loop arrivals, no retries
-    estimator: dict[str, Any] | None = None  # a [headroom] table: the gate's rate is estimated live
+    estimator: dict[str, Any] | None = None  # a [capacity] table: the gate's rate is estimated live
     capacity_known: bool = False  # a static gate is told the capacity as it changes (an external capacity probe)
     background_rate: float = 20.0  # new arrivals λ₀, requests/s, one attempt each
     background_class: str = "default"

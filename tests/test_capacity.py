@@ -1,4 +1,4 @@
-"""LiveHeadroom: probes in, a bounded and step-limited rate out."""
+"""LiveCapacity: probes in, a bounded and step-limited rate out."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from admitgate.core.errors import ConfigError
 from admitgate.core.gate import Gate
+from admitgate.limit.capacity import LiveCapacity, StaticCapacity
 from admitgate.limit.estimators import AIMD, BandwidthDelay, Gradient, Static
-from admitgate.limit.headroom import LiveHeadroom, StaticHeadroom
 from admitgate.limit.probes import Probes
 
 
-def feed(h: LiveHeadroom, start: float, seconds: float, rate: float, latency: float, shed: bool = True) -> float:
+def feed(h: LiveCapacity, start: float, seconds: float, rate: float, latency: float, shed: bool = True) -> float:
     """Complete ``rate`` requests/s of ``latency`` s each from ``start``; return the rate at the end."""
     p = h.probes
     n = int(seconds * rate)
@@ -31,11 +31,11 @@ def feed(h: LiveHeadroom, start: float, seconds: float, rate: float, latency: fl
 
 
 def test_static_headroom() -> None:
-    assert StaticHeadroom(5).rate(0) == 5.0
+    assert StaticCapacity(5).rate(0) == 5.0
 
 
 def test_cold_start_is_permissive_and_low_traffic_holds() -> None:
-    h = LiveHeadroom(BandwidthDelay(seed=1), initial=50, min_samples=20)
+    h = LiveCapacity(BandwidthDelay(seed=1), initial=50, min_samples=20)
     assert h.rate(0.0) == 50
     p = h.probes
     for i in range(5):  # 5 requests in 1 s: too few to judge
@@ -46,7 +46,7 @@ def test_cold_start_is_permissive_and_low_traffic_holds() -> None:
 
 
 def test_external_capacity_probe_caps_and_background_is_subtracted() -> None:
-    h = LiveHeadroom(Static(100), initial=100, capacity_probes=[lambda now: 60.0], background=10.0)
+    h = LiveCapacity(Static(100), initial=100, capacity_probes=[lambda now: 60.0], background=10.0)
     assert h.rate(0.0) == 100  # no bucket closed yet
     h.probes.admit(0.05)
     rate = h.rate(0.15)
@@ -61,7 +61,7 @@ def test_replace_mode_and_a_failing_probe_is_ignored(caplog) -> None:
     def broken(now: float) -> float:
         raise RuntimeError("pool gone")
 
-    h = LiveHeadroom(Static(100), initial=100, capacity_probes=[broken, lambda now: 300.0], probe_mode="replace",
+    h = LiveCapacity(Static(100), initial=100, capacity_probes=[broken, lambda now: 300.0], probe_mode="replace",
                      max_step=10)  # fmt: skip
     h.probes.admit(0.0)
     assert h.rate(0.15) == pytest.approx(300.0)
@@ -73,7 +73,7 @@ def test_replace_mode_and_a_failing_probe_is_ignored(caplog) -> None:
 @given(steps=st.lists(st.tuples(st.floats(0.0, 400.0), st.floats(0.001, 5.0), st.floats(0, 80), st.booleans(),
                                 st.integers(0, 3)), min_size=1, max_size=40))  # fmt: skip
 def test_rate_is_finite_within_bounds_and_step_limited(make, steps) -> None:
-    h = LiveHeadroom(make(), initial=100, floor=2, ceiling=1000, max_step=0.25, min_samples=5)
+    h = LiveCapacity(make(), initial=100, floor=2, ceiling=1000, max_step=0.25, min_samples=5)
     p = h.probes
     t = 0.0
     previous = h.rate(t)
@@ -97,7 +97,7 @@ def test_rate_is_finite_within_bounds_and_step_limited(make, steps) -> None:
 def test_a_collapse_is_not_damped_on_the_way_down() -> None:
     """An outage: the estimator measures under a quarter of the rate; the rate goes there in one update, not
     ÷1.25 per update (about 2 s from 100/s to 10/s, every request of which would fail)."""
-    h = LiveHeadroom(BandwidthDelay(confirm=1, seed=1), initial=100, min_samples=5)
+    h = LiveCapacity(BandwidthDelay(confirm=1, seed=1), initial=100, min_samples=5)
     p = h.probes
     t = 0.0
     for _ in range(20):  # 100/s, 0.1 s each: the baseline; then the service stops completing anything
@@ -123,7 +123,7 @@ def test_a_collapse_is_not_damped_on_the_way_down() -> None:
 
 
 def test_gate_reads_probes_and_reports_state() -> None:
-    h = LiveHeadroom(BandwidthDelay(seed=1), initial=100)
+    h = LiveCapacity(BandwidthDelay(seed=1), initial=100)
     gate = Gate(h, now=0.0)
     assert gate.probes is h.probes
     state = gate.state(0.0)
@@ -131,12 +131,12 @@ def test_gate_reads_probes_and_reports_state() -> None:
 
 
 def test_invalid_configuration_names_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"headroom\.ceiling"):
-        LiveHeadroom(Static(1), floor=10, ceiling=5)
-    with pytest.raises(ConfigError, match=r"headroom\.probe_mode"):
-        LiveHeadroom(Static(1), probe_mode="max")
-    with pytest.raises(ConfigError, match=r"headroom\.min_samples"):
-        LiveHeadroom(Static(1), min_samples=0)
-    with pytest.raises(ConfigError, match=r"headroom\.estimator"):
-        LiveHeadroom(object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"capacity\.ceiling"):
+        LiveCapacity(Static(1), floor=10, ceiling=5)
+    with pytest.raises(ConfigError, match=r"capacity\.probe_mode"):
+        LiveCapacity(Static(1), probe_mode="max")
+    with pytest.raises(ConfigError, match=r"capacity\.min_samples"):
+        LiveCapacity(Static(1), min_samples=0)
+    with pytest.raises(ConfigError, match=r"capacity\.estimator"):
+        LiveCapacity(object())  # type: ignore[arg-type]
     assert isinstance(Probes(), Probes)

@@ -1,6 +1,6 @@
-"""The headroom seam: where the pacer's refill rate comes from.
+"""The capacity seam: where μ, the pacer's refill rate, comes from.
 
-A :class:`Headroom` reports the rate (requests/s) the gate may admit for gated traffic at a given
+A :class:`Capacity` reports the rate (requests/s) the gate may admit for gated traffic at a given
 time. The gate polls it on a cadence (``refresh_interval``) and pushes changes into the pacer, so a
 live estimator plugs in here without touching the request path.
 
@@ -9,8 +9,8 @@ here is what all gated classes share; sheddable traffic gets H = rate − λ_cri
 exact form of H = μ − λ_new: the protected traffic is subtracted as it arrives, not after a meter
 has caught up with it.
 
-* :class:`StaticHeadroom`: a configured rate.
-* :class:`LiveHeadroom`: a capacity estimator (:mod:`admitgate.limit.estimators`) fed by the
+* :class:`StaticCapacity`: a configured rate.
+* :class:`LiveCapacity`: a capacity estimator (:mod:`admitgate.limit.estimators`) fed by the
   :class:`~admitgate.limit.probes.Probes` the middleware records, optionally capped or replaced by external
   capacity probes (a pool's free connections, a dependency's own headroom) and reduced by an external
   background rate, then clamped to [floor, ceiling] and to ``max_step`` per update.
@@ -38,13 +38,13 @@ ExternalProbe = Callable[[float], "float | None"]
 
 
 @runtime_checkable
-class Headroom(Protocol):
+class Capacity(Protocol):
     def rate(self, now: float) -> float:
         """Admissible rate in requests/s at ``now`` (finite, > 0)."""
         ...
 
 
-class StaticHeadroom:
+class StaticCapacity:
     """A fixed rate, set in configuration."""
 
     __slots__ = ("_rate",)
@@ -61,11 +61,11 @@ class StaticHeadroom:
         return self._rate
 
     def __repr__(self) -> str:
-        return f"StaticHeadroom({self._rate:g}/s)"
+        return f"StaticCapacity({self._rate:g}/s)"
 
 
 @dataclass(frozen=True, slots=True)
-class HeadroomState:
+class CapacityState:
     """What the estimator believes now (for metrics and logs). Rates in requests/s, times in seconds."""
 
     estimator: str
@@ -79,7 +79,7 @@ class HeadroomState:
     inflight: int
 
 
-class LiveHeadroom:
+class LiveCapacity:
     """H(t) from live probes.
 
     ``estimator``: an :class:`~admitgate.limit.estimators.Estimator`. ``initial``: the rate before any
@@ -114,33 +114,33 @@ class LiveHeadroom:
         now: float = 0.0,
     ) -> None:
         if not isinstance(estimator, Estimator):
-            raise ConfigError("headroom.estimator", "expected an Estimator", estimator)
+            raise ConfigError("capacity.estimator", "expected an Estimator", estimator)
         self.estimator = estimator
-        self.floor = number("headroom.floor", floor, MIN_RATE, MAX_RATE, unit="requests/s")
-        self.ceiling = number("headroom.ceiling", ceiling, MIN_RATE, MAX_RATE, unit="requests/s")
+        self.floor = number("capacity.floor", floor, MIN_RATE, MAX_RATE, unit="requests/s")
+        self.ceiling = number("capacity.ceiling", ceiling, MIN_RATE, MAX_RATE, unit="requests/s")
         if self.ceiling < self.floor:
-            raise ConfigError("headroom.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
-        self.initial = min(max(positive("headroom.initial", initial), self.floor), self.ceiling)
-        self.max_step = positive("headroom.max_step", max_step)
-        self.window = positive("headroom.window", window)
-        integer("headroom.min_samples", min_samples, 1)
+            raise ConfigError("capacity.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
+        self.initial = min(max(positive("capacity.initial", initial), self.floor), self.ceiling)
+        self.max_step = positive("capacity.max_step", max_step)
+        self.window = positive("capacity.window", window)
+        integer("capacity.min_samples", min_samples, 1)
         self.min_samples = min_samples
         if probe_mode not in ("cap", "replace"):
-            raise ConfigError("headroom.probe_mode", "must be 'cap' or 'replace'", probe_mode)
+            raise ConfigError("capacity.probe_mode", "must be 'cap' or 'replace'", probe_mode)
         self.probe_mode = probe_mode
         if isinstance(capacity_probes, (str, bytes)) or not isinstance(capacity_probes, Iterable):
-            raise ConfigError("headroom.capacity_probes", "must be a list of functions now -> rate", capacity_probes)
+            raise ConfigError("capacity.capacity_probes", "must be a list of functions now -> rate", capacity_probes)
         self.capacity_probes = list(capacity_probes)
         for probe in self.capacity_probes:
             if not callable(probe):
-                raise ConfigError("headroom.capacity_probes", "each must be callable", probe)
+                raise ConfigError("capacity.capacity_probes", "each must be callable", probe)
         if not callable(background):
-            non_negative("headroom.background", background)
+            non_negative("capacity.background", background)
         self.background = background
         moves = estimator.measured or bool(self.capacity_probes)
         self._growth = DEFAULT_GROWTH if moves else 0.0
         if growth is not None:
-            self._growth = non_negative("headroom.growth", growth)
+            self._growth = non_negative("capacity.growth", growth)
         self._own_growth = growth is None and hasattr(estimator, "growth")
         self.probes = probes or Probes(now=now)
         self._rate = self.initial
@@ -280,11 +280,11 @@ class LiveHeadroom:
         """How fast the rate may rise, per second: the estimator's pace now, unless one was configured."""
         return self.estimator.growth if self._own_growth else self._growth  # type: ignore[attr-defined]
 
-    def state(self) -> HeadroomState:
+    def state(self) -> CapacityState:
         w, e = self._window, self.estimator
-        return HeadroomState(e.name, self._state, e.mu, self._rate, self._background, e.baseline,
+        return CapacityState(e.name, self._state, e.mu, self._rate, self._background, e.baseline,
                              w.latency if w else None, w.completion_rate if w else 0.0,
                              self.probes.inflight)  # fmt: skip
 
     def __repr__(self) -> str:
-        return f"LiveHeadroom({self.estimator.name}, rate={self._rate:.4g}/s, {self._state})"
+        return f"LiveCapacity({self.estimator.name}, rate={self._rate:.4g}/s, {self._state})"
