@@ -153,6 +153,22 @@ def test_a_stampeding_tenant_does_not_push_back_the_small_one() -> None:
     assert max(d.retry_after for d in small) <= 2  # 10 clients at its own share
 
 
+def test_a_herds_tenant_beside_a_light_one_is_told_at_what_the_light_one_leaves() -> None:
+    """Retry-After is told at what the tenant gets while it stays busy (the capacity less what the others use),
+    not at its weighted entitlement: half of the capacity here, which told 2,000 clients to come back over
+    twice the time the capacity needs, and left the rest unused."""
+    tenants = table(200.0)
+    now = 0.0
+    for k in range(5 * 10):  # both established: the small tenant asks 10/s, the herd's 1/s
+        now = k / 10
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("small"))
+        if k % 10 == 0:
+            tenants.admit(1.0, DEFAULT, now, lambda: None, scope("herd"))
+    herd = [tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("herd")) for k in range(2000)]
+    bound = 2000 / (200 - 10)
+    assert 0.8 * bound <= max(d.retry_after for d in herd) <= 1.2 * bound  # (was 20: told at 100/s)
+
+
 def test_idle_pools_expire_and_the_table_is_bounded() -> None:
     tenants = table(max_tenants=50, establish=2, idle=10.0)
     for k in range(200):

@@ -10,10 +10,12 @@ for less than its share gets what it asks, the rest is divided among the others 
 tenant gets all of it. Critical requests are charged to the capacity first (never shed), and only what
 they leave is divided.
 
-A rejected client's Retry-After comes from its own pool: its place in its tenant's schedule, told at
-the tenant's *entitlement* (its weighted share of the capacity among the tenants asking, which its
-share reaches as soon as its demand is measured). A tenant whose thousand clients stampede is spread
-over its own window; the tenant beside it that sent ten is not pushed back.
+A rejected client's Retry-After comes from its own pool: its place in its tenant's schedule, told at what
+the tenant gets while it stays busy: the capacity less what the others use (their demand, at most their
+*entitlement*, the weighted share of the capacity among the tenants asking), never less than its own
+entitlement, which its share reaches as soon as its demand is measured. The clients holding places are
+demand too. A tenant whose thousand clients stampede is spread over its own window, at what the others
+leave; the tenant beside it that sent ten is not pushed back.
 
 State is bounded. A key becomes a tenant with a pool once it has sent ``establish`` requests within
 ``window`` seconds and fewer than ``max_tenants`` pools exist; until then it shares one *newcomers*
@@ -162,7 +164,7 @@ class Tenancy:
 
 class Share:
     """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): the rate its pacer
-    refills at (requests/s), and the ``capacity`` its Retry-After is told at (its entitlement)."""
+    refills at (requests/s), and the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`)."""
 
     __slots__ = ("capacity", "growth", "value")
 
@@ -176,7 +178,7 @@ class Share:
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "counts", "demand", "gate", "name", "rejected", "share", "spans", "weight")
+    __slots__ = ("asked", "awake", "counts", "demand", "gate", "name", "rejected", "share", "spans", "use", "weight")
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -186,10 +188,13 @@ class Pool:
         self.awake = False  #: it has asked since it was last idle at a reallocation
         self.counts: deque[float] = deque(maxlen=SPAN)  #: cost asked in each of the last SPAN intervals
         self.spans: deque[float] = deque(maxlen=SPAN)  #: and their lengths, seconds
+        self.use = 0.0  #: requests/s the others' promises count it to take: its demand, at most its entitlement
 
-    def set_share(self, rate: float, entitlement: float, burst: float, now: float) -> None:
+    def set_share(self, rate: float, entitlement: float, burst: float, now: float, promise: float = 0.0) -> None:
+        """Refill at ``rate``; tell Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
+        ``promise`` is what it gets if it stays busy while the others use what they used."""
         share = self.share
-        share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, MIN_RATE)
+        share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, promise, MIN_RATE)
         if burst != self.gate.pacer.burst:
             self.gate.pacer.set_burst(burst, now)
         self.gate.next_refresh = now  # the next decision reads the new rate
@@ -215,6 +220,7 @@ class Tenants:
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
+        self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
         self._critical = root.stats.critical
         self._last = now
@@ -250,7 +256,7 @@ class Tenants:
         """A pool idle until now asks: what the others leave unused, up to its entitlement, until the next
         reallocation (the others' rates stand until then, and the sum of the rates stays within the capacity),
         which comes within ``EARLY × interval`` if that is less than its entitlement. Its clients are told
-        Retry-After at its entitlement, which its share reaches then.
+        Retry-After at what the others leave (at least its entitlement, which its share reaches then).
         """
         pool.awake = True
         self._active_weight += pool.weight
@@ -259,7 +265,10 @@ class Tenants:
             self._reclaim(pool, entitlement - max(0.0, self._available - self._assigned), now)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
-        pool.set_share(rate, entitlement, self._burst(rate), now)
+        promise = self._available - self._used  # (what the others use stands: it may have the rest)
+        pool.use = entitlement
+        self._used += entitlement
+        pool.set_share(rate, entitlement, self._burst(rate), now, promise)
         if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
             self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
 
@@ -375,8 +384,12 @@ class Tenants:
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0
-            if pool.demand > MIN_RATE:
-                demands[index] = pool.demand
+            # Clients holding places in its schedule will be back: a backlog is demand too, as much as it can
+            # be given (the rate they come back at follows the share they are told at: measured alone, it would
+            # hold a herd's tenant to the entitlement it was first told at, and the rest would go unused).
+            wanted = pool.demand + pool.gate.schedule.holders / tenancy.interval
+            if wanted > MIN_RATE:
+                demands[index] = wanted
                 weights[index] = pool.weight
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
@@ -385,6 +398,11 @@ class Tenants:
         for index in shares:
             shares[index] += left * weights[index] / total
         level = max((share / weights[index] for index, share in shares.items()), default=0.0)
+        # Each asking pool is told Retry-After at what it gets if it stays busy: the capacity less what the
+        # others use (their demand, at most their entitlement), never less than its own entitlement. A herd's
+        # tenant beside a light one is told at nearly all of the capacity, not at half of it.
+        uses = {index: min(demands[index] * SLACK + 1.0, self._entitlement(weights[index], total)) for index in shares}
+        used = self._used = math.fsum(uses.values())
         self._assigned = 0.0
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
         spare: list[tuple[float, int, Pool]] = []
@@ -393,12 +411,14 @@ class Tenants:
             if index in shares:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
-                pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now)
+                pool.use = uses[index]
+                pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now,
+                               available - (used - uses[index]))  # fmt: skip
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
             else:
-                pool.awake = False
+                pool.awake, pool.use = False, 0.0
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
         spare.sort(key=lambda item: (item[0], item[1]))
         self._spare = [pool for _, _, pool in spare]

@@ -30,9 +30,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..asgi.tenants import Tenants
 from ..core.backoff import backoff_delay
 from ..core.gate import Decision, Gate, Verdict
-from ..core.priority import DEFAULT_CLASSES
+from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
 from ..limit.capacity import LiveCapacity
 from ..limit.estimators import Static
@@ -101,6 +102,12 @@ class Simulation:
             else None
         )
         self.background = DEFAULT_CLASSES[s.background_class]
+        tenancy = s.tenancy()
+        #: fair shares among tenants (None: one pool), deciding every request as the middleware's Tenants does
+        self.tenants = None if tenancy is None or self.gate is None else Tenants(tenancy, self.gate, now=0.0)
+        groups = s.herd_tenants or [("herd", s.clients)]
+        #: each herd client's tenant name (None without tenants)
+        self.tenant_of: list[str | None] = [name if self.tenants else None for name, n in groups for _ in range(n)]
         self.result = HerdResult(s.clients)
         self.ignorers = set(self.rng.sample(range(s.clients), round(s.clients * s.ignore_fraction)))
         self.attempt_no = [0] * s.clients
@@ -221,14 +228,25 @@ class Simulation:
             return
         if client >= 0:
             self.series["edge"][bucket] = self.series["edge"].get(bucket, 0) + 1
-            klass, key = DEFAULT_CLASSES["default"], (client if s.recognisable else None)
+            klass, key, tenant = (
+                DEFAULT_CLASSES["default"],
+                (client if s.recognisable else None),
+                self.tenant_of[client],
+            )
         else:  # a new arrival: schedule the next one; it makes this one attempt
             self.at(t + self.rng.expovariate(s.background_rate), _ARRIVE, [NEW_ARRIVAL, t])
-            klass, key = self.background, None
+            klass, key, tenant = self.background, None, s.background_tenant
         if gate is None:
             self._to_upstream(t, [client, sent])
             return
-        self._follow(t, gate.admit(1.0, klass, t, lambda: key), [client, sent])
+        self._follow(t, self._admit(klass, t, key, tenant), [client, sent])
+
+    def _admit(self, klass: Priority, t: float, key: int | None, tenant: str | None) -> Decision:
+        """The gate's decision (in the request's tenant's pool, with tenants) for one request of cost 1."""
+        assert self.gate is not None
+        if self.tenants is None:
+            return self.gate.admit(1.0, klass, t, lambda: key)
+        return self.tenants.admit(1.0, klass, t, lambda: key, tenant)
 
     def _follow(self, t: float, d: Decision, request: list[Any]) -> None:
         """Carry out the gate's decision for ``request`` at ``t``: hold, forward, or answer 429."""
@@ -267,7 +285,7 @@ class Simulation:
         if self.gate is None:
             self._to_upstream(t, request)
         else:
-            self._follow(t, self.gate.admit(1.0, DEFAULT_CLASSES["default"], t, lambda: None), request)
+            self._follow(t, self._admit(DEFAULT_CLASSES["default"], t, None, None), request)
 
     # -- the upstream ---------------------------------------------------------------------------
     def _to_upstream(self, t: float, request: list[Any]) -> None:

@@ -10,10 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..asgi.tenants import Tenancy
 from ..core.errors import ConfigError, non_negative
 from ..core.priority import DEFAULT_CLASSES
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
+
+
+def _named(scope: object) -> str | None:
+    """A simulated request's tenant: the simulator passes the name itself where a server passes a scope."""
+    return scope if isinstance(scope, str) else None
 
 
 @dataclass
@@ -49,6 +55,12 @@ class Scenario:
     reject_cpu: float | None = None  # CPU seconds per 429 answered by the gate (None: edge_cpu)
     duration: float = 300.0  # hard bound on simulated time
     seed: int = 1
+    # Tenants (admitgate.asgi.tenants): a [tenants] table of Tenancy settings but its key (here a request's
+    # tenant is named by the scenario), the herd's clients as (tenant, clients) groups in the order they are
+    # numbered (default: all in tenant "herd"), and the tenant of the new arrivals (None: no tenant name).
+    tenants: dict[str, Any] | None = None
+    herd_tenants: list[tuple[str, int]] = field(default_factory=list)
+    background_tenant: str | None = None
 
     def validate(self) -> Scenario:
         if self.clients < (0 if self.demand else 1):
@@ -68,7 +80,29 @@ class Scenario:
         for name in ("service_time", "queue_timeout", "duration", "rate_fraction"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, "must be > 0", getattr(self, name))
+        self.tenancy()
+        if self.herd_tenants or self.background_tenant is not None:
+            if self.tenants is None:
+                raise ConfigError("herd_tenants", "names tenants, but there is no [tenants] table", self.herd_tenants)
+            counts = [count for _, count in self.herd_tenants]
+            if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or (
+                    counts and sum(counts) != self.clients):  # fmt: skip
+                raise ConfigError("herd_tenants", f"must be (tenant, clients >= 1) groups adding up to clients "
+                                  f"({self.clients})", self.herd_tenants)  # fmt: skip
         return self
+
+    def tenancy(self) -> Tenancy | None:
+        """The :class:`~admitgate.asgi.tenants.Tenancy` of ``tenants`` (None: one pool). A simulated request's
+        "scope" is its tenant's name, so the key returns it as it is."""
+        if self.tenants is None:
+            return None
+        if not isinstance(self.tenants, dict) or "key" in self.tenants:
+            raise ConfigError("tenants", "must be a table of Tenancy settings without key (the scenario names "
+                              "each request's tenant)", self.tenants)  # fmt: skip
+        unknown = set(self.tenants) - {f.name for f in fields(Tenancy)}
+        if unknown:
+            raise ConfigError(f"tenants.{sorted(unknown)[0]}", "unknown Tenancy setting")
+        return Tenancy(key=_named, **self.tenants)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scenario:
@@ -77,7 +111,7 @@ class Scenario:
         if unknown:
             raise ConfigError(sorted(unknown)[0], f"unknown scenario field; known: {', '.join(sorted(known))}")
         data = dict(data)
-        for key in ("capacity", "demand"):
+        for key in ("capacity", "demand", "herd_tenants"):
             if key in data:
                 data[key] = [tuple(step) for step in data[key]]
         return cls(**data).validate()
@@ -95,6 +129,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "window-reopening": {"name": "rate-limit window reopening (synchronised reset)", "clients": 4000},
     "step-down": {"name": "capacity halves 5 s into the herd", "capacity": [(11.0, 10)]},
     "step-up": {"name": "capacity doubles 2 s into the herd", "capacity": [(8.0, 40)]},
+    # bench/tenant_herd.py's setup: a herd in one tenant, a small tenant beside it (10 requests/s, one try each)
+    "tenant-herd": {"name": "a herd in one tenant beside a small tenant", "tenants": {}, "background_tenant": "small",
+                    "background_rate": 10.0},
     "ramp": {"name": "capacity ramps from 5 to 20 workers over 10 s (warming)", "workers": 5,
              "capacity": [(6.0 + i, 5 + i * 1.5) for i in range(11)]},
 }  # fmt: skip
