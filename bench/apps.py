@@ -52,6 +52,15 @@ def admitgate_tenants() -> Starlette:
     return app
 
 
+def admitgate_tenants_flood() -> Starlette:
+    """Tenants on (x-api-key) at a binding rate of 1,000/s, on the table's defaults: bench/tenant_keys.py."""
+    from admitgate import Tenancy
+
+    app = _app()
+    app.add_middleware(AdmitGate, rate=1000.0, tenants=Tenancy(key="header:x-api-key"))
+    return app
+
+
 def _live(**options) -> Starlette:
     from admitgate import BandwidthDelay, LiveCapacity
 

@@ -84,3 +84,8 @@ def test_quota_smoke() -> None:
     result = run(str(BENCH / "quota.py"), "--limit", "20/second", "--seconds", "2", "--rate", "200")
     assert result["other_statuses"] == 0 and 20 <= result["burst_admitted"] <= 25  # (it refills while spent)
     assert abs(result["admitted_per_window"] - 20) <= 3  # four replicas, one count
+
+
+def test_tenant_keys_smoke(tmp_path) -> None:
+    result = run(str(BENCH / "tenant_keys.py"), "--keys", "2000", "--run", "2", "--out", str(tmp_path / "k.json"))
+    assert result["keys"] >= 2000 and result["server_5xx"] == 0 and result["rows"][-1]["rss_mb"] > 0
