@@ -47,6 +47,7 @@ WAITERS = f"{PREFIX}_paced_waiting_requests"  # gauge: requests being held by pa
 WINDOW = f"{PREFIX}_safe_window_seconds"  # gauge: how far ahead the retry schedule reaches
 HOLDERS = f"{PREFIX}_schedule_clients"  # gauge: clients holding a place in the retry schedule
 OVERFLOW = f"{PREFIX}_schedule_overflow"  # counter: places beyond max_retry_after (told a folded value)
+QUOTA_REFUSED = f"{PREFIX}_quota_refused_requests"  # counter: requests over their key's quota (part of rejected)
 ESTIMATOR = f"{PREFIX}_estimator_state"  # gauge 1 {estimator, state}
 REQUEST_LATENCY = f"{PREFIX}_request_latency_seconds"  # histogram: admission to last body byte
 PACING = f"{PREFIX}_pacing_delay_seconds"  # histogram of pacing holds
@@ -96,6 +97,7 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     WINDOW: "How far ahead the retry schedule reaches (seconds).",
     HOLDERS: "Clients holding a place in the retry schedule.",
     OVERFLOW: "Rejections whose place lay beyond max_retry_after (told a value folded into it).",
+    QUOTA_REFUSED: "Requests refused because their key had used its quota (0 without a quota).",
     INFLIGHT: "Admitted requests in flight.",
     FALLBACK: "1 while the gate runs on its local fallback.",
     REQUESTS: "Gated requests by route template, class and verdict: admitted (reached the app, paced or not), "
@@ -148,6 +150,10 @@ class Tallied(Protocol):
     def retry_after_sum(self) -> float:
         """Seconds of Retry-After given out."""
 
+    @property
+    def quota_refused(self) -> int:
+        """Requests refused over their key's quota (0 without a quota)."""
+
 
 def snapshot(middleware: Tallied) -> Snapshot:
     """Read everything exported from one middleware (cheap: a few dozen attribute reads)."""
@@ -181,7 +187,8 @@ def snapshot(middleware: Tallied) -> Snapshot:
         outcomes = {"ok": probes.total - probes.total_drops, "dropped": probes.total_drops,
                     "error": probes.total_errors}  # fmt: skip
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
-    counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow}
+    counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow,
+                QUOTA_REFUSED: middleware.quota_refused}  # fmt: skip
     tenants: Ranked | None = getattr(middleware, "tenants", None)
     top: list[tuple[str, int, float]] = []
     if tenants is not None:  # the gauges of the gates that pace and hold places: the tenants'
@@ -276,7 +283,8 @@ class MultiprocessSync:
         self.requests = Counter(REQUESTS, _DOC[REQUESTS], ["route", "class", "verdict"], registry=None)
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
-        self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW)}
+        self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW,
+                                                                                     QUOTA_REFUSED)}  # fmt: skip
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {

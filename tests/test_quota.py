@@ -128,6 +128,7 @@ async def test_a_key_over_quota_gets_the_gates_429_and_takes_no_token(clock: Man
     assert status == 429 and inner.calls == 3
     assert app.gate.pacer.tokens(clock()) == tokens  # refused before the gate: the headroom is untouched
     assert headers["retry-after"] == "20"  # one interval, W/N = 60/3 s
+    assert app.quota_refused == 1  # metrics export it (admitgate_quota_refused_requests_total)
     assert headers["ratelimit-policy"] == '"quota";q=3;w=60'
     assert headers["ratelimit"] == '"quota";r=0;t=20'
     assert headers["cache-control"] == "no-store"

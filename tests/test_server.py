@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from admitgate import AdmitGate, Identity, Settings
+from admitgate import AdmitGate, Identity, Quota, Settings
 
 pytestmark = pytest.mark.integration
 
@@ -135,6 +135,29 @@ def test_websocket_handshakes_are_gated_only_when_asked(serve) -> None:
         assert asyncio.run(three(base)) == ["hi", "hi", "hi"]
     with serve(starlette_app(rate=1, gate_websockets=True, settings=Settings(burst=1, max_pacing_delay=0))) as base:
         assert asyncio.run(three(base)) == ["hi", 429, 429]
+
+
+def test_a_quota_refuses_websocket_handshakes_over_it_before_the_gate(serve) -> None:
+    """With gate_websockets, a handshake over its key's quota gets the quota's 429 (Retry-After, its fields),
+    as an HTTP request does; the gate's rate is far from binding."""
+    refused: list[websockets.Response] = []
+
+    async def connect(url: str) -> str | int:
+        try:
+            async with websockets.connect(url) as ws:
+                return await ws.recv()
+        except websockets.InvalidStatus as exc:
+            refused.append(exc.response)
+            return exc.response.status_code
+
+    async def three(base: str) -> list:
+        url = base.replace("http://", "ws://") + "/ws"
+        return [await connect(url) for _ in range(3)]
+
+    app = starlette_app(rate=1000, gate_websockets=True, quota=Quota("2/minute", key="address"))
+    with serve(app) as base:
+        assert asyncio.run(three(base)) == ["hi", "hi", 429]
+    assert refused[0].headers["retry-after"] == "30" and refused[0].headers["ratelimit-policy"] == '"quota";q=2;w=60'
 
 
 def test_lifespan_runs_through_the_gate(serve) -> None:

@@ -382,3 +382,13 @@ def test_a_waking_tenant_finds_the_spare_share_behind_any_number_of_idle_pools()
         now += 0.1
     verdicts = [tenants.admit(1.0, DEFAULT, now + k / 1000, lambda: None, scope("late")).verdict for k in range(10)]
     assert verdicts == [Verdict.ADMIT] * 10
+
+
+def test_places_beyond_max_retry_after_in_a_tenants_schedule_are_counted_with_the_roots() -> None:
+    """The schedule-overflow counter (metrics read the root's stats) covers the tenants' schedules."""
+    root = Gate(10.0, Settings(tarpit=0.0, max_retry_after=5))
+    tenants = Tenants(Tenancy(establish=1), root)
+    decisions = [tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"c{k}", scope("a")) for k in range(200)]
+    assert max(d.retry_after for d in decisions) <= 5
+    pool = tenants.pool_of("a", 0.0)
+    assert pool.gate.stats.overflow > 100 and root.stats.overflow == pool.gate.stats.overflow

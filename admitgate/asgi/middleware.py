@@ -291,6 +291,11 @@ class AdmitGate:
             counts = self.tally[key] = [0] * len(TALLY)
         counts[index] += 1
 
+    @property
+    def quota_refused(self) -> int:
+        """Requests refused over their key's quota so far (0 without a quota): for metrics."""
+        return 0 if self._quota is None else self._quota.refused
+
     # -- identity -------------------------------------------------------------------------
     def identify(self, scope: Scope, now: float) -> Hashable | None:
         """The booking key (:class:`~admitgate.asgi.identity.Recogniser`): a valid retry ticket's id, else a keyed
@@ -312,10 +317,13 @@ class AdmitGate:
         """Refuse a request over its key's quota: the rejection's status, the quota's fields and body."""
         if self._tally_on:
             self._count(rule, REJECTED)
+        headers, body = self._quota_rejection(retry_after)
+        await self._send_rejection(scope, send, retry_after, headers, body)
+
+    def _quota_rejection(self, retry_after: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
         guard = self._quota
         assert guard is not None
-        headers, body = self.headers.quota_rejection(retry_after, guard.quota.name, guard.limit, guard.window)
-        await self._send_rejection(scope, send, retry_after, headers, body)
+        return self.headers.quota_rejection(retry_after, guard.quota.name, guard.limit, guard.window)
 
     async def _send_rejection(self, scope: Scope, send: Send, retry_after: int, headers: list[tuple[bytes, bytes]],
                               body: bytes) -> None:  # fmt: skip
@@ -351,6 +359,11 @@ class AdmitGate:
         if rule.exempt:
             await self.app(scope, receive, send)
             return
+        if self._quota is not None:  # before the gate, as for HTTP: a refusal must not take a token
+            retry_after = await self._quota.refusal(scope)
+            if retry_after is not None:
+                await self._refuse_handshake(scope, receive, send, *self._quota_rejection(retry_after))
+                return
         gate, tenants = self.gate, self.tenants
         now = self.clock()
         identify = lambda: self.identify(scope, now)  # noqa: E731
@@ -366,11 +379,16 @@ class AdmitGate:
         if decision is None or decision.verdict is not Verdict.REJECT:
             await self.app(scope, receive, send)
             return
+        await self._refuse_handshake(scope, receive, send, *self.headers.rejection(decision.retry_after, decision.rate))
+
+    async def _refuse_handshake(self, scope: Scope, receive: Receive, send: Send, headers: list[tuple[bytes, bytes]],
+                                body: bytes) -> None:  # fmt: skip
+        """Refuse a websocket handshake: the rejection as an HTTP response where the server can send one (the
+        ``websocket.http.response`` extension), else close with 1013 (try again later)."""
         message = await receive()  # websocket.connect
         if message["type"] != "websocket.connect":
             return
         if "websocket.http.response" in (scope.get("extensions") or {}):
-            headers, body = self.headers.rejection(decision.retry_after, decision.rate)
             start = {"type": "websocket.http.response.start", "status": self.headers.status, "headers": headers}
             await send(start)
             await send({"type": "websocket.http.response.body", "body": body})

@@ -111,6 +111,7 @@ class QuotaGuard:
         self.limit, self.window = rate.limit, max(1, math.ceil(rate.window))
         self._key = quota_key(quota, trusted_hops, forwarded)
         self.local = QuotaLimiter(rate, clock, quota.max_keys)
+        self.refused = 0  #: requests refused over their key's quota, so far
         self.shared = None if backend is None else RedisQuota(
             backend.client, self.local, clock, prefix=f"{backend.name}:quota:{quota.name}", timeout=backend.timeout,
             cooldown=backend.cooldown)  # fmt: skip
@@ -120,4 +121,7 @@ class QuotaGuard:
         if key is None:
             return None
         wait = self.local.check(key) if self.shared is None else await self.shared.check(key)
-        return max(1, math.ceil(wait)) if wait > 0 else None
+        if wait <= 0:
+            return None
+        self.refused += 1
+        return max(1, math.ceil(wait))

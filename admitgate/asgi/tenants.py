@@ -244,12 +244,13 @@ class Tenants:
         if not pool.awake:
             self._activate(pool, now)
         stats = pool.gate.stats
-        early = stats.early
+        early, overflow = stats.early, stats.overflow
         decision = pool.gate.admit(cost, priority, now, identify)
         if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
             pool.asked += cost
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
+            root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
 
     def _activate(self, pool: Pool, now: float) -> None:

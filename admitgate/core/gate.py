@@ -446,7 +446,9 @@ class Gate:
         """
         pool = decision.pool
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
+            overflow = pool.stats.overflow
             after = pool.end_hold(decision, now, gone)
+            self.stats.overflow += pool.stats.overflow - overflow  # counted with this gate's, as pacing is
             return dataclasses.replace(after, pool=pool) if after is not None and after.delay else after
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
