@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admitgate import AdmitGate, ConfigError, Identity, ManualClock, Quota, Settings
+from admitgate import AdmitGate, ConfigError, HeaderPolicy, Identity, ManualClock, Quota, Settings
 from admitgate.asgi.quota import parse_limit
 from admitgate.config import load
 from admitgate.core.quota import QuotaLimiter, QuotaRate
@@ -54,14 +55,36 @@ def test_bad_quota_fields_are_config_errors_naming_them() -> None:
 def test_exactly_n_in_a_burst_then_one_per_interval() -> None:
     clock = ManualClock(1000.0)
     limiter = QuotaLimiter(QuotaRate(100, 60.0), clock)
-    assert [limiter.check("k") for _ in range(100)] == [0.0] * 100
-    assert limiter.check("k") == pytest.approx(0.6)  # the 101st waits one interval, W/N
+    assert [limiter.check("k").wait for _ in range(100)] == [0.0] * 100
+    assert limiter.check("k").wait == pytest.approx(0.6)  # the 101st waits one interval, W/N
     clock.advance(0.3)
-    assert limiter.check("k") == pytest.approx(0.3)
+    assert limiter.check("k").wait == pytest.approx(0.3)
     clock.advance(0.3)
-    assert limiter.check("k") == 0.0  # spaced at T = 0.6 s after the burst
-    assert limiter.check("k") == pytest.approx(0.6)
-    assert limiter.check("other") == 0.0  # keys are independent
+    assert limiter.check("k").wait == 0.0  # spaced at T = 0.6 s after the burst
+    assert limiter.check("k").wait == pytest.approx(0.6)
+    assert limiter.check("other").wait == 0.0  # keys are independent
+
+
+gaps = st.lists(st.floats(min_value=0.0, max_value=3.0, allow_nan=False), min_size=1, max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gaps=gaps, limit=st.integers(1, 20), window=st.floats(0.5, 10.0), burst=st.integers(1, 20))
+def test_remaining_is_how_many_more_the_key_may_make_at_once(gaps, limit, window, burst) -> None:
+    """An allowed answer's remaining() is exact: that many more requests at the same instant are allowed,
+    and the next one is not."""
+    rate = QuotaRate(limit, window, min(burst, limit))
+    clock = ManualClock()
+    limiter = QuotaLimiter(rate, clock)
+    for gap in gaps:
+        clock.advance(gap)
+        answer = limiter.check("k")
+        if answer.wait == 0.0:
+            shadow = copy.deepcopy(limiter)  # the same state (and time), probed without touching the real one
+            more = 0
+            while shadow.check("k").wait == 0.0:
+                more += 1
+            assert more == answer.remaining(rate)
 
 
 def test_an_idle_key_is_forgotten_and_a_full_store_stays_bounded() -> None:
@@ -72,10 +95,7 @@ def test_an_idle_key_is_forgotten_and_a_full_store_stays_bounded() -> None:
     assert len(limiter) <= 1_000
     clock.advance(1.0)
     limiter.check("fresh")
-    assert limiter.check("fresh") == 0.0 and limiter.check("fresh") > 0
-
-
-gaps = st.lists(st.floats(min_value=0.0, max_value=3.0, allow_nan=False), min_size=1, max_size=300)
+    assert limiter.check("fresh").wait == 0.0 and limiter.check("fresh").wait > 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -87,7 +107,7 @@ def test_no_interval_of_l_seconds_allows_more_than_burst_plus_l_over_t(gaps, lim
     allowed = []
     for gap in gaps:
         clock.advance(gap)
-        if limiter.check("k") == 0.0:
+        if limiter.check("k").wait == 0.0:
             allowed.append(clock.now)
     interval = window / limit
     for i, start in enumerate(allowed):
@@ -103,7 +123,7 @@ def test_with_a_burst_of_one_no_window_of_w_seconds_allows_more_than_n(gaps, lim
     allowed = []
     for gap in gaps:
         clock.advance(gap)
-        if limiter.check("k") == 0.0:
+        if limiter.check("k").wait == 0.0:
             allowed.append(clock.now)
     for i, start in enumerate(allowed):
         assert sum(1 for t in allowed[i:] if t < start + window - 1e-6) <= limit
@@ -222,3 +242,32 @@ def test_without_redis_the_quota_falls_back_to_the_local_count_and_logs_once(red
         statuses = anyio.run(run)
     assert statuses == [200, 200, 200, 429, 429, 429]  # the local limiter: 3 per minute in this process
     assert sum("quota backend failing" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.anyio
+async def test_with_on_admit_an_allowed_response_carries_the_quotas_fields_beside_the_gates(clock, sleep) -> None:
+    """RateLimit and RateLimit-Policy list both policies (the draft's fields are lists): the gate's bucket and
+    the key's quota, with what is left of it and when all of it is back."""
+    inner = Recorder()
+    app = AdmitGate(inner, rate=1_000, settings=Settings(burst=1_000), clock=clock, sleep=sleep,
+                    identity=Identity(ticket=False), quota=Quota("3/minute"),
+                    headers=HeaderPolicy(on_admit=True))  # fmt: skip
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    fields = []
+    for _ in range(3):
+        sent.clear()
+        await app(keyed("alice"), receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        fields.append([(k, v) for k, v in start["headers"] if k in (b"ratelimit", b"ratelimit-policy")])
+    assert (b"ratelimit-policy", b'"quota";q=3;w=60') in fields[0]
+    assert (b"ratelimit", b'"quota";r=2;t=20') in fields[0]  # two more at once; all back in one interval
+    assert (b"ratelimit", b'"quota";r=1;t=40') in fields[1]
+    assert (b"ratelimit", b'"quota";r=0;t=60') in fields[2]
+    assert sum(1 for k, v in fields[0] if k == b"ratelimit" and not v.startswith(b'"quota"')) == 1  # the gate's

@@ -154,6 +154,15 @@ class HeaderPolicy:
         ]
         return headers, body
 
+    def quota_fields(self, name: str, limit: int, window: int, remaining: int, reset: int) -> list[Header]:
+        """The draft's fields of a quota of ``limit`` requests per ``window`` s named ``name`` for a request it
+        allowed: ``remaining`` requests at once, all of it back in ``reset`` s (nothing without ``draft``)."""
+        if not self.draft:
+            return []
+        sf_name = sf_string(name)
+        return [(b"ratelimit-policy", f"{sf_name};q={limit};w={window}".encode()),
+                (b"ratelimit", f"{sf_name};r={remaining};t={reset}".encode())]  # fmt: skip
+
     def quota_rejection(self, retry_after: int, name: str, limit: int, window: int) -> tuple[list[Header], bytes]:
         """Headers and body for a request over its key's quota of ``limit`` requests per ``window`` s: the
         rejection's status and fields, with the quota's policy ``name``, ``q=limit;w=window``, ``r=0`` and

@@ -27,6 +27,7 @@ from ..core.clock import Clock
 from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
 from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import Priority, Rule
+from ..core.quota import Answer
 from ..core.schedule import SLOT_GRACE
 from ..core.settings import Settings
 from ..limit.capacity import Capacity
@@ -192,10 +193,13 @@ class AdmitGate:
             return
         rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         if self._quota is not None and not rule.exempt:  # before the gate: a refusal must not take a token
-            retry_after = await self._quota.refusal(scope)
-            if retry_after is not None:
-                await self._over_quota(scope, send, rule, retry_after)
-                return
+            answer = await self._quota.answer(scope)
+            if answer is not None:
+                if answer.wait > 0:
+                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
+                    return
+                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
+                    send = self._with_quota_fields(scope, send, answer)
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
@@ -335,6 +339,22 @@ class AdmitGate:
         await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
+    def _with_quota_fields(self, scope: Scope, send: Send, answer: Answer) -> Send:
+        """``send`` adding the quota's fields for a request it allowed to the response (whatever the gate says)."""
+        guard = self._quota
+        assert guard is not None
+        fields = self.headers.quota_fields(guard.quota.name, guard.limit, guard.window, *guard.fields(answer))
+        if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
+            self._cors.resolve(self, scope)
+        exposed = self.headers.exposed
+
+        async def send_with_quota(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = merge_expose([*message.get("headers", ()), *fields], exposed)
+            await send(message)
+
+        return send_with_quota
+
     def _with_limit_fields(self, scope: Scope, send: Send) -> Send:
         gate, policy, clock = self.gate, self.headers, self.clock
         if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
@@ -360,8 +380,9 @@ class AdmitGate:
             await self.app(scope, receive, send)
             return
         if self._quota is not None:  # before the gate, as for HTTP: a refusal must not take a token
-            retry_after = await self._quota.refusal(scope)
-            if retry_after is not None:
+            answer = await self._quota.answer(scope)
+            if answer is not None and answer.wait > 0:
+                retry_after = self._quota.retry_after(answer)
                 await self._refuse_handshake(scope, receive, send, *self._quota_rejection(retry_after))
                 return
         gate, tenants = self.gate, self.tenants

@@ -21,7 +21,7 @@ from ..backends.quota import RedisQuota
 from ..backends.shared import RedisBudget
 from ..core.clock import Clock
 from ..core.errors import ConfigError, integer
-from ..core.quota import QuotaLimiter, QuotaRate
+from ..core.quota import Answer, QuotaLimiter, QuotaRate
 from .tenants import TenantFunc, tenant_key
 
 Scope = Any  # an ASGI scope
@@ -98,8 +98,8 @@ def key_of(func: TenantFunc, scope: Scope) -> Hashable | None:
 
 
 class QuotaGuard:
-    """A :class:`Quota` at work in the middleware: ``await refusal(scope)`` is None (no key, or allowed and
-    counted) or the Retry-After, whole seconds ≥ 1, of a request over its key's quota.
+    """A :class:`Quota` at work in the middleware: ``await answer(scope)`` is None (the request has no key: not
+    quota-limited) or the quota's :class:`~admitgate.core.quota.Answer` for its key (a wait > 0: refused).
 
     ``backend``: the middleware's shared budget, if any; the quota is then counted in its Redis.
     """
@@ -107,7 +107,7 @@ class QuotaGuard:
     def __init__(self, quota: Quota, clock: Clock, trusted_hops: int = 0, forwarded: str = "x-forwarded-for",
                  backend: RedisBudget | None = None) -> None:  # fmt: skip
         rate = quota.rate
-        self.quota = quota
+        self.quota, self.rate = quota, rate
         self.limit, self.window = rate.limit, max(1, math.ceil(rate.window))
         self._key = quota_key(quota, trusted_hops, forwarded)
         self.local = QuotaLimiter(rate, clock, quota.max_keys)
@@ -116,12 +116,21 @@ class QuotaGuard:
             backend.client, self.local, clock, prefix=f"{backend.name}:quota:{quota.name}", timeout=backend.timeout,
             cooldown=backend.cooldown)  # fmt: skip
 
-    async def refusal(self, scope: Scope) -> int | None:
+    async def answer(self, scope: Scope) -> Answer | None:
         key = key_of(self._key, scope)
         if key is None:
             return None
-        wait = self.local.check(key) if self.shared is None else await self.shared.check(key)
-        if wait <= 0:
-            return None
-        self.refused += 1
-        return max(1, math.ceil(wait))
+        answer = self.local.check(key) if self.shared is None else await self.shared.check(key)
+        if answer.wait > 0:
+            self.refused += 1
+        return answer
+
+    @staticmethod
+    def retry_after(answer: Answer) -> int:
+        """A refusal's Retry-After: the wait rounded up, whole seconds >= 1."""
+        return max(1, math.ceil(answer.wait))
+
+    def fields(self, answer: Answer) -> tuple[int, int]:
+        """An allowed request's (remaining, reset): requests its key may still make at once, and whole seconds
+        until all of its quota is back."""
+        return answer.remaining(self.rate), math.ceil(answer.backlog)

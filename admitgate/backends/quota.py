@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any
 
 from ..core.clock import Clock
-from ..core.quota import QuotaLimiter
+from ..core.quota import Answer, QuotaLimiter
 
 log = logging.getLogger("admitgate")
 
@@ -56,13 +56,13 @@ class RedisQuota:
         digest = hashlib.blake2b(repr(key).encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
         return f"{self.prefix}:{digest}"
 
-    async def check(self, key: Hashable) -> float:
+    async def check(self, key: Hashable) -> Answer:
         now = self.clock()
         if self.degraded and now < self._retry_at:
             return self.local.check(key)
         try:
             reply = await asyncio.wait_for(self._script(keys=[self.redis_key(key)], args=self.args), self.timeout)
-            wait = float(reply)
+            wait, backlog = (float(part) for part in reply.split())
         except Exception as exc:  # timeouts, connection errors, a NOSCRIPT that could not be fixed, ...
             self.errors += 1
             if not self.degraded:
@@ -73,4 +73,4 @@ class RedisQuota:
         if self.degraded:
             log.warning("admitgate: quota backend is back; the quota is the fleet's again")
             self.degraded = False
-        return wait
+        return Answer(wait, backlog)

@@ -17,8 +17,10 @@ key evicted by the cap starts afresh.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .clock import Clock
 from .errors import ConfigError, integer, number
@@ -55,9 +57,20 @@ class QuotaRate:
         return ((self.limit if self.burst is None else self.burst) - 1) * self.interval
 
 
+class Answer(NamedTuple):
+    """A quota's answer for one request. Seconds."""
+
+    wait: float  # 0.0: allowed (and counted); else how long until the key's next request would be allowed
+    backlog: float  # allowed: how far the key's spacing now runs ahead of the clock, TAT − now (0 if refused)
+
+    def remaining(self, rate: QuotaRate) -> int:
+        """Requests the key may still make at once after this one (allowed answers)."""
+        return max(0, math.floor((rate.tolerance - self.backlog) / rate.interval + EPSILON) + 1)
+
+
 class QuotaLimiter:
-    """GCRA per key in this process. ``check(key)`` answers 0.0 (allowed, and counted) or the seconds until
-    the key's next request would be allowed (refused, not counted)."""
+    """GCRA per key in this process. ``check(key)`` answers whether the key's request is allowed (and counts
+    it) or how long it must wait (not counted), as an :class:`Answer`."""
 
     __slots__ = ("_clock", "_interval", "_store", "_tolerance", "rate")
 
@@ -73,14 +86,14 @@ class QuotaLimiter:
     def __len__(self) -> int:
         return len(self._store)
 
-    def check(self, key: Hashable) -> float:
-        """0.0 if ``key`` may make a request now (it is counted), else the wait in seconds (> 0)."""
+    def check(self, key: Hashable) -> Answer:
+        """Allowed (wait 0.0, counted) if ``key`` may make a request now, else the wait in seconds (> 0)."""
         now = self._clock()
         tat = self._store.get(key, now)
         tat = now if tat is None or tat < now else tat
         wait = tat - self._tolerance - now
         if wait > EPSILON:
-            return wait
+            return Answer(wait, 0.0)
         tat += self._interval
         self._store.put(key, tat, tat, now)  # expires when the TAT passes: the key is fresh again
-        return 0.0
+        return Answer(0.0, tat - now)
