@@ -387,8 +387,10 @@ class Tenants:
             pool.asked = 0.0
             # Clients holding places in its schedule will be back: a backlog is demand too, as much as it can
             # be given (the rate they come back at follows the share they are told at: measured alone, it would
-            # hold a herd's tenant to the entitlement it was first told at, and the rest would go unused).
-            wanted = pool.demand + pool.gate.schedule.holders / tenancy.interval
+            # hold a herd's tenant to the entitlement it was first told at, and the rest would go unused). Only
+            # while the pool still asks (in its last SPAN intervals): clients who gave up are no demand.
+            backlog = pool.gate.schedule.waiting(now) if math.fsum(pool.counts) > 0 else 0
+            wanted = pool.demand + backlog / tenancy.interval
             if wanted > MIN_RATE:
                 demands[index] = wanted
                 weights[index] = pool.weight

@@ -64,6 +64,15 @@ class BoundedExpiringMap(Generic[V]):
             return None
         return item[1]
 
+    def sweep(self, now: float) -> int:
+        """Drop the expired entries at the old end (the oldest insertions, up to the first live one); return how
+        many entries are left. O(1) amortised per entry dropped: each is dropped once. An entry that expires
+        before older ones waits for them (the count may include it until then)."""
+        data = self._data
+        while data and next(iter(data.values()))[0] <= now:
+            data.popitem(last=False)
+        return len(data)
+
     def values(self, now: float) -> list[V]:
         """The live values, oldest insertion first; expired entries are dropped on the way (O(n))."""
         data = self._data

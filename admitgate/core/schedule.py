@@ -132,7 +132,13 @@ class Schedule:
 
     @property
     def holders(self) -> int:
+        """Keys holding a place, expired ones not yet dropped included (see :meth:`waiting`)."""
         return len(self._book)
+
+    def waiting(self, now: float) -> int:
+        """Keys holding a place at ``now``: the book without the places forgotten by the oldest end
+        (amortised O(1)). Clients who gave up stop counting once their places are forgotten."""
+        return self._book.sweep(now)
 
     @property
     def evicted(self) -> int:
