@@ -107,6 +107,34 @@ def test_bdp_holds_through_an_outage_and_resumes_at_the_capacity_known_before_it
     assert rate == 1.0 and slow.state != "outage"
 
 
+def test_bdp_pauses_while_nothing_is_served_and_resumes_at_once_without_touching_mu() -> None:
+    """A real server's event loop, busy with a herd's connections, can stall completions for a few tenths of a
+    second: no verdict (μ stays), but nothing more goes in while nothing comes out, and the rate in force
+    before comes back as soon as something is served."""
+    import dataclasses
+
+    e = BandwidthDelay(cruise=0, confirm=1, reprobe=1000, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
+    drain_to_cruise(e)
+    assert e.estimate(window(now=5.0, rate=180.0, completion=0.0, busy=40.0)) == 180.0  # a queue, for now
+    assert not e.pausing
+    # not yet 0.3 s beyond a latency (a real server's event loop can stall that long): held
+    assert e.estimate(window(now=5.3, rate=180.0, completion=0.0, busy=50.0)) == 180.0 and not e.pausing
+    # it has stood 0.3 s beyond a latency and nothing is served: pause at what is delivered
+    assert e.estimate(window(now=5.45, rate=180.0, completion=0.0, busy=50.0)) < 1.0
+    assert e.state == "paused" and e.pausing and e.mu == 180.0
+    # a trickle delivered over 0.5 s is judged against the rate held back, not the paused one: no capacity
+    w = dataclasses.replace(window(now=5.5, rate=1.0, completion=6.0, busy=55.0), current=0.0)
+    assert e.estimate(w) == 6.0 and e.state == "paused" and e.mu == 180.0
+    # served again: the rate in force before, at once
+    assert e.estimate(window(now=5.6, rate=6.0, completion=180.0, busy=18.0)) >= 180.0
+    assert e.pausing and e.mu == 180.0 and e.state != "paused"
+    e.estimate(window(now=5.7, rate=180.0, completion=180.0, busy=18.0))
+    assert not e.pausing
+
+
 def test_bdp_takes_no_capacity_from_a_service_that_answers_only_503s() -> None:
     """A service that answers every request at once with a 503 (no backend behind a proxy) completes at the
     rate offered; none of it is served: an outage, not a capacity of 100/s."""

@@ -16,7 +16,9 @@ the window, so the herd simulator runs them on virtual time.
   just long enough to drain the queue (μ following what the standing queue delivers meanwhile). A queue
   that serves nothing at all (502/503/504 are answered, not served) is an outage: the rate holds where it
   was cut until the service serves again without drops, then resumes at half the capacity known before
-  (start-up finds the rest).
+  (start-up finds the rest). Before that verdict, while a queue stands and nothing at all is served, the
+  rate pauses at what is delivered (μ untouched: a busy event loop can stall completions for a few tenths
+  of a second) and the rate in force before comes back as soon as something is served.
 * :class:`Gradient`: Gradient2/Envoy style; the rate scales by the clamped ratio
   ``(1 + tolerance) · baseline / latency``, smoothed on the way down, growing on the way up.
 * :class:`AIMD`: additive increase while latency is under target, multiplicative decrease on a
@@ -91,6 +93,9 @@ LITTLE_MIN_RATE = 50.0
 DELIVERY_SPAN = 0.5
 #: Seconds the current rate (``Window.current``) spans, and the least a queue must stand to be confirmed.
 CURRENT_SPAN = 0.2
+#: Seconds a queue must stand (beyond the first completions' allowance) with nothing at all served before the
+#: rate pauses: longer than a real server's event loop, busy with a herd's connections, stalls completions.
+PAUSE_AFTER = 0.3
 #: Seconds over which the capacity known before an outage fades as the reference start-up must find again.
 COLLAPSE_MEMORY = 30.0
 #: Seconds of capacity samples a drain keeps the highest of.
@@ -192,6 +197,7 @@ class Phase(str, Enum):
     REMEASURING = "re-measuring"  # admitting at 3/4 of μ to measure the baseline without a queue
     APP_LIMITED = "app-limited"  # demand is below the rate: nothing to learn
     OUTAGE = "outage"  # the service has collapsed: holding until it serves again
+    PAUSED = "paused"  # a queue stands and nothing is served: admitting what is, until it is or a verdict
 
 
 class _Signals(NamedTuple):
@@ -203,6 +209,7 @@ class _Signals(NamedTuple):
     over: bool  # more in flight than the throughput explains, in this window
     sample: float  # what a queue that stood long enough delivered: a capacity (0 also when nothing was delivered)
     stood: float  # seconds the queue has stood beyond the first completions' allowance (< 0: no queue)
+    offered: float  # the rate offered to the service: the rate in force, or the one a pause holds back
 
 
 class BandwidthDelay(_Measured):
@@ -245,6 +252,9 @@ class BandwidthDelay(_Measured):
         self._started = False  # the service has been seen saturated (start-up is over)
         self._before, self._before_at = 0.0, 0.0  # μ before the last collapse (an outage), and when it was seen
         self._down = False  # collapsed, and not served anything since
+        self._held: float | None = None  # the rate in force when the current pause began
+        #: True while a pause holds the rate and in the update that ends it: not noise, to be applied at once
+        self.pausing = False
         self.cruise = non_negative("headroom.bdp.cruise", cruise)
         self.drain_time = positive("headroom.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
@@ -275,13 +285,27 @@ class BandwidthDelay(_Measured):
             return self._outage(w, s)
         if self.phase is Phase.REMEASURING:
             return self._remeasuring(w, s)
-        if w.limiting and w.now >= self._reprobe_at and self.phase is not Phase.DRAINING:
+        if w.limiting and w.now >= self._reprobe_at and self.phase not in (Phase.DRAINING, Phase.PAUSED):
             return self._remeasure(w, s)
         if self.phase is Phase.DRAINING:
             return self._draining(w, s)
+        held, self._held = self._held, None
+        self.pausing = held is not None
         if s.queueing:
             return self._saturated(w, s)
-        return self._open(w, s)
+        current = s.delivered if w.current is None else w.current
+        if s.over and s.stood >= PAUSE_AFTER and current <= 0:
+            return self._pause(w, s, w.rate if held is None else held)
+        rate = self._open(w, s)
+        return rate if held is None else max(rate, held)
+
+    def _pause(self, w: Window, s: _Signals, held: float) -> float:
+        """A queue stands and nothing at all has been served for PAUSE_AFTER s: admit what is delivered until
+        the service serves again (then the rate in force before resumes at once) or the queue is confirmed
+        (a verdict: an outage, or a capacity). μ is untouched: a real server's event loop, busy with a herd's
+        connections, can stall completions for a few tenths of a second, and that is no outage."""
+        self._held, self.pausing, self.phase = held, True, Phase.PAUSED
+        return max(s.delivered, 1e-3)
 
     def _signals(self, w: Window) -> _Signals:
         """What this window says: μ so far, the baseline, the delivered rate, and whether work is queueing."""
@@ -313,13 +337,14 @@ class BandwidthDelay(_Measured):
         # A sample that says the service has all but stopped is believed only from the longer span: on a real
         # server a herd's first instants can stall completions for a few tenths of a second (the event loop is
         # busy with the herd's connections), and that is not an outage.
-        enough = DELIVERY_SPAN if sample < HEALTHY * w.rate else CURRENT_SPAN
+        offered = w.rate if self._held is None else max(w.rate, self._held)
+        enough = DELIVERY_SPAN if sample < HEALTHY * offered else CURRENT_SPAN
         queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and stood >= enough
         if self.phase is Phase.DRAINING:
             # Hysteresis on the way out, on what is in flight now (BBR's drain: until in flight is down to
             # the bandwidth-delay product): an average over the newest 0.2 s lags the queue's end.
             queueing = w.inflight - expected > self.tolerance / 2 * expected + 1 or w.drops > 0
-        return _Signals(mu, base, delivered, queued, queueing, over, sample, stood)
+        return _Signals(mu, base, delivered, queued, queueing, over, sample, stood, offered)
 
     def _remeasure(self, w: Window, s: _Signals) -> float:
         """Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a queue
@@ -352,7 +377,7 @@ class BandwidthDelay(_Measured):
         # it (fading over COLLAPSE_MEMORY s): at a rate an outage cut to a few per second, a trickle delivered
         # is a quarter of the rate, not a capacity found; start-up speed must find the old one again.
         known = self._known(w.now)
-        self._started = s.sample >= max(w.rate, known) * HEALTHY
+        self._started = s.sample >= max(s.offered, known) * HEALTHY
         if not self._started and self.mu is not None and self.mu > known:
             self._before, self._before_at = self.mu, w.now
         self.mu = mu = max(s.sample, 1e-3)
