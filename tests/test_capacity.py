@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -87,16 +88,19 @@ def test_rate_is_finite_within_bounds_and_step_limited(make, steps) -> None:
         t += 0.1
         current = h.rate(t)
         assert math.isfinite(current) and 2 <= current <= 1000
-        assert current <= previous * 1.25 + 1e-9
-        mu = h.estimator.mu
-        if mu is None or mu >= 0.25 * previous:  # only a collapse falls by more than a step
+        mu, pausing = h.estimator.mu, getattr(h.estimator, "pausing", False)
+        # only a capacity back after an outage, or a pause's end, rises by more than a step
+        if not pausing and (mu is None or 0.25 * mu <= previous):
+            assert current <= previous * 1.25 + 1e-9
+        if not pausing and (mu is None or mu >= 0.25 * previous):  # only a collapse or a pause falls by more
             assert previous / 1.25 - 1e-9 <= current
         previous = current
 
 
 def test_a_collapse_is_not_damped_on_the_way_down() -> None:
-    """An outage: the estimator measures under a quarter of the rate; the rate goes there in one update, not
-    ÷1.25 per update (about 2 s from 100/s to 10/s, every request of which would fail)."""
+    """An outage: the service serves nothing; the rate goes under a quarter of what it was in one update (a
+    pause, then the verdict), not ÷1.25 per update (about 2 s from 100/s to 10/s, every request of which would
+    fail)."""
     h = LiveCapacity(BandwidthDelay(confirm=1, seed=1), initial=100, min_samples=5)
     p = h.probes
     t = 0.0
@@ -108,18 +112,72 @@ def test_a_collapse_is_not_damped_on_the_way_down() -> None:
         p.inflight = 10
         t += 0.1
         h.rate(t)
-    rate = h.rate(t)
-    while h.estimator.state != "draining":
-        before = rate
+    rates = [h.rate(t)]
+    while h.estimator.state != "outage":  # nothing at all is served
         for _ in range(10):
             p.admit(t)
         p.limited()
         p.inflight += 10
         t += 0.1
-        rate = h.rate(t)
+        rates.append(h.rate(t))
         assert t < 3.0
-    assert h.estimator.mu is not None and h.estimator.mu < 0.25 * before
-    assert rate < before / 1.25**2  # in the very update that found it
+    assert h.estimator.mu is not None and h.estimator.mu < 0.25 * rates[0]
+    assert rates[-1] < 0.25 * rates[0]
+    assert max(a / b for a, b in itertools.pairwise(rates)) > 1.25**2  # in one update
+
+
+class Scripted:
+    """An estimator that says what the test tells it to."""
+
+    name, state, baseline, measured = "scripted", "scripted", None, True
+
+    def __init__(self, mu: float) -> None:
+        self.mu = self.target = mu
+        self.pausing = False
+
+    def estimate(self, window) -> float:
+        return self.target
+
+
+def test_a_capacity_back_after_an_outage_is_not_damped_on_the_way_up() -> None:
+    """The estimator resumes at a capacity over 4× the rate an outage left: the rate goes there in one
+    update, not ×1.25 per update (about 2 s from 4/s to 80/s, while the herd waits); smaller rises are damped."""
+    e = Scripted(100.0)
+    h = LiveCapacity(e, initial=100, min_samples=1)
+    p, t = h.probes, 0.0
+
+    def update(mu: float) -> float:
+        nonlocal t
+        e.mu = e.target = mu
+        p.admit(t)
+        p.complete(0.1, 200, t)
+        p.limited()
+        t += 0.1
+        return h.rate(t)
+
+    assert update(4.0) == 4.0  # a collapse: at once
+    assert update(80.0) == 80.0  # back: at once
+    assert update(200.0) == pytest.approx(100.0)  # within 4×: a step
+
+
+def test_a_pause_and_its_end_are_not_damped() -> None:
+    """The estimator pauses (nothing is served for a moment; μ untouched) and ends the pause: both at once."""
+    e = Scripted(100.0)
+    h = LiveCapacity(e, initial=100, min_samples=1)
+    p, t = h.probes, 0.0
+
+    def update(target: float, pausing: bool) -> float:
+        nonlocal t
+        e.target, e.pausing = target, pausing
+        p.admit(t)
+        p.complete(0.1, 200, t)
+        p.limited()
+        t += 0.1
+        return h.rate(t)
+
+    assert update(30.0, True) == 30.0
+    assert update(100.0, True) == 100.0
+    assert update(30.0, False) == pytest.approx(80.0)  # not a pause: a step
 
 
 def test_gate_reads_probes_and_reports_state() -> None:

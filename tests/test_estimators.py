@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from admitgate.core.errors import ConfigError
@@ -66,13 +68,81 @@ def test_bdp_starts_up_again_after_a_collapse() -> None:
     e.estimate(window(now=5.4, rate=200.0, completion=20.0, busy=60.0, drops=5))
     assert e.state != "draining"
     e.estimate(window(now=5.7, rate=200.0, completion=20.0, busy=60.0, drops=5))
-    assert e.mu == 20.0 and e.growth == e.startup_gain
+    assert e.mu == 10.0 and e.growth == e.startup_gain  # 20/s answered, 10/s of them 503s: 10/s served
     # cut to a few per second, the service still delivers a trickle: a quarter of that rate, but not of the
     # capacity known before the outage, so start-up (not the probing pace) finds it again
     drain_to_cruise(e)
     e.estimate(window(now=20.0, rate=8.0, completion=5.0, busy=60.0))
     e.estimate(window(now=20.7, rate=8.0, completion=5.0, busy=60.0))
     assert e.state == "draining" and e.growth == e.startup_gain
+
+
+def test_bdp_holds_through_an_outage_and_resumes_at_the_capacity_known_before_it() -> None:
+    import copy
+
+    e = BandwidthDelay(cruise=0, confirm=1, reprobe=1000, seed=1)
+    e.estimate(window(now=0.1))  # baseline 0.1 s
+    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
+    drain_to_cruise(e)
+    assert e.mu == 180.0
+    # the service stops: nothing is served while in flight grows; once the queue has stood 0.5 s beyond a
+    # latency, it is an outage
+    e.estimate(window(now=5.0, rate=180.0, completion=0.0, busy=60.0))
+    assert e.state != "outage"
+    e.estimate(window(now=5.7, rate=180.0, completion=0.0, busy=60.0))
+    assert e.state == "outage" and e.mu is not None and e.mu < 1
+    # meanwhile every answer is a 503 at the queue timeout, or nothing comes back: the rate holds
+    assert e.estimate(window(now=7.0, rate=1.0, completion=20.0, latency=1.0, busy=1.0, drops=10)) == 1.0
+    assert e.estimate(window(now=9.0, rate=1.0, completion=0.0, latency=1.0, busy=1.0)) == 1.0
+    assert e.state == "outage"
+    slow = copy.deepcopy(e)
+    # served again at the baseline latency, no drops: the rate resumes at half the capacity known before
+    # the outage (faded over 30 s), and start-up finds the rest
+    rate = e.estimate(window(now=16.0, rate=1.0, completion=5.0, latency=0.1, busy=0.5, admit=5.0))
+    assert rate == pytest.approx(0.5 * 180 * math.exp(-(16.0 - 5.7) / 30))
+    assert e.mu == rate and e.state != "outage" and e.growth == e.startup_gain
+    # served again, but far slower than before: no capacity is assumed; start-up finds it from the rate
+    rate = slow.estimate(window(now=16.0, rate=1.0, completion=5.0, latency=0.5, recent=0.5, busy=2.5, admit=5.0))
+    assert rate == 1.0 and slow.state != "outage"
+
+
+def test_bdp_pauses_while_nothing_is_served_and_resumes_at_once_without_touching_mu() -> None:
+    """A real server's event loop, busy with a herd's connections, can stall completions for a few tenths of a
+    second: no verdict (μ stays), but nothing more goes in while nothing comes out, and the rate in force
+    before comes back as soon as something is served."""
+    import dataclasses
+
+    e = BandwidthDelay(cruise=0, confirm=1, reprobe=1000, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=200.0, completion=180.0, busy=40.0))
+    e.estimate(window(now=0.8, rate=200.0, completion=180.0, busy=40.0))
+    drain_to_cruise(e)
+    assert e.estimate(window(now=5.0, rate=180.0, completion=0.0, busy=40.0)) == 180.0  # a queue, for now
+    assert not e.pausing
+    # not yet 0.3 s beyond a latency (a real server's event loop can stall that long): held
+    assert e.estimate(window(now=5.3, rate=180.0, completion=0.0, busy=50.0)) == 180.0 and not e.pausing
+    # it has stood 0.3 s beyond a latency and nothing is served: pause at what is delivered
+    assert e.estimate(window(now=5.45, rate=180.0, completion=0.0, busy=50.0)) < 1.0
+    assert e.state == "paused" and e.pausing and e.mu == 180.0
+    # a trickle delivered over 0.5 s is judged against the rate held back, not the paused one: no capacity
+    w = dataclasses.replace(window(now=5.5, rate=1.0, completion=6.0, busy=55.0), current=0.0)
+    assert e.estimate(w) == 6.0 and e.state == "paused" and e.mu == 180.0
+    # served again: the rate in force before, at once
+    assert e.estimate(window(now=5.6, rate=6.0, completion=180.0, busy=18.0)) >= 180.0
+    assert e.pausing and e.mu == 180.0 and e.state != "paused"
+    e.estimate(window(now=5.7, rate=180.0, completion=180.0, busy=18.0))
+    assert not e.pausing
+
+
+def test_bdp_takes_no_capacity_from_a_service_that_answers_only_503s() -> None:
+    """A service that answers every request at once with a 503 (no backend behind a proxy) completes at the
+    rate offered; none of it is served: an outage, not a capacity of 100/s."""
+    e = BandwidthDelay(cruise=0, confirm=1, seed=1)
+    e.estimate(window(now=0.1))  # 100/s at 0.1 s
+    for now in (0.2, 0.5, 0.8):  # 100/s answered, 50 of them 503s in 0.5 s
+        e.estimate(window(now=now, completion=100.0, latency=0.01, busy=1.0, drops=50))
+    assert e.state == "outage" and e.mu is not None and e.mu < 1
 
 
 def test_bdp_re_measures_its_baseline_at_three_quarters_of_mu() -> None:

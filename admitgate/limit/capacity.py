@@ -85,9 +85,11 @@ class LiveCapacity:
     ``estimator``: an :class:`~admitgate.limit.estimators.Estimator`. ``initial``: the rate before any
     evidence (requests/s; cold start is permissive: the rate also follows twice the admitted rate
     until ``min_samples`` completions have been seen). ``floor``/``ceiling``: bounds of the rate.
-    ``max_step``: largest relative change per update (0.25: × or ÷ 1.25). ``window``: seconds of probes an
-    update reads, widened up to the whole probe ring until it holds ``min_samples`` completions;
-    with fewer the rate holds (low traffic: no decision on a handful of samples).
+    ``max_step``: largest relative change per update (0.25: × or ÷ 1.25), except where the estimator's μ
+    is under a quarter of the rate (a collapse) or over four times it (a capacity back after one), or the
+    estimator says it is ``pausing`` (a pause, or its end).
+    ``window``: seconds of probes an update reads, widened up to the whole probe ring until it holds
+    ``min_samples`` completions; with fewer the rate holds (low traffic: no decision on a handful of samples).
     ``capacity_probes``: callables ``now -> requests/s | None`` that cap μ (``probe_mode="cap"``) or
     replace it (``"replace"``). ``background``: a rate or a callable for traffic the gate does not
     see that uses the same capacity; it is subtracted from μ unless μ is measured from this gate's
@@ -257,8 +259,12 @@ class LiveCapacity:
             target = self._rate
         old, step = self._rate, 1 + self.max_step  # a step is symmetric on a log scale: ×1.25 or ÷1.25
         mu = self.estimator.mu if self.estimator.measured else None
+        if getattr(self.estimator, "pausing", False):  # a pause (nothing served for a moment), or its end: at once
+            step = math.inf
         if mu is not None and mu < HEALTHY * old:  # a collapse (an outage) is not noise: no damping on the way down
             target = min(target, old * step)
+        elif mu is not None and HEALTHY * mu > old:  # nor is a capacity back after one: none on the way up
+            target = max(target, old / step)
         else:
             target = min(max(target, old / step), old * step)
         self._rate = min(max(target, self.floor), self.ceiling)

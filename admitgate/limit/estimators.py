@@ -13,7 +13,12 @@ the window, so the herd simulator runs them on virtual time.
   per second) after a jittered cruise. When more is in flight than the throughput explains (past
   ``tolerance``) or the service drops requests, a queue is forming; once it has stood long enough for
   what it delivers to be measured, that *is* the capacity: μ is set to it and the rate dips below μ
-  just long enough to drain the queue (μ following what the standing queue delivers meanwhile).
+  just long enough to drain the queue (μ following what the standing queue delivers meanwhile). A queue
+  that serves nothing at all (502/503/504 are answered, not served) is an outage: the rate holds where it
+  was cut until the service serves again without drops, then resumes at half the capacity known before
+  (start-up finds the rest). Before that verdict, while a queue stands and nothing at all is served, the
+  rate pauses at what is delivered (μ untouched: a busy event loop can stall completions for a few tenths
+  of a second) and the rate in force before comes back as soon as something is served.
 * :class:`Gradient`: Gradient2/Envoy style; the rate scales by the clamped ratio
   ``(1 + tolerance) · baseline / latency``, smoothed on the way down, growing on the way up.
 * :class:`AIMD`: additive increase while latency is under target, multiplicative decrease on a
@@ -88,10 +93,16 @@ LITTLE_MIN_RATE = 50.0
 DELIVERY_SPAN = 0.5
 #: Seconds the current rate (``Window.current``) spans, and the least a queue must stand to be confirmed.
 CURRENT_SPAN = 0.2
+#: Seconds a queue must stand (beyond the first completions' allowance) with nothing at all served before the
+#: rate pauses: longer than a real server's event loop, busy with a herd's connections, stalls completions.
+PAUSE_AFTER = 0.3
 #: Seconds over which the capacity known before an outage fades as the reference start-up must find again.
 COLLAPSE_MEMORY = 30.0
 #: Seconds of capacity samples a drain keeps the highest of.
 MAX_FILTER = 1.0
+#: After an outage, the share of the capacity known before it (faded) that the rate resumes at once the
+#: service serves again at its baseline latency; start-up finds the rest, a queue finds less.
+RESUME = 0.5
 
 
 class Baseline:
@@ -185,6 +196,8 @@ class Phase(str, Enum):
     DRAINING = "draining"  # admitting below μ until the queue a probe built is gone
     REMEASURING = "re-measuring"  # admitting at 3/4 of μ to measure the baseline without a queue
     APP_LIMITED = "app-limited"  # demand is below the rate: nothing to learn
+    OUTAGE = "outage"  # the service has collapsed: holding until it serves again
+    PAUSED = "paused"  # a queue stands and nothing is served: admitting what is, until it is or a verdict
 
 
 class _Signals(NamedTuple):
@@ -196,6 +209,7 @@ class _Signals(NamedTuple):
     over: bool  # more in flight than the throughput explains, in this window
     sample: float  # what a queue that stood long enough delivered: a capacity (0 also when nothing was delivered)
     stood: float  # seconds the queue has stood beyond the first completions' allowance (< 0: no queue)
+    offered: float  # the rate offered to the service: the rate in force, or the one a pause holds back
 
 
 class BandwidthDelay(_Measured):
@@ -237,6 +251,10 @@ class BandwidthDelay(_Measured):
         self.startup_gain = positive("capacity.bdp.startup_gain", startup_gain)
         self._started = False  # the service has been seen saturated (start-up is over)
         self._before, self._before_at = 0.0, 0.0  # μ before the last collapse (an outage), and when it was seen
+        self._down = False  # collapsed, and not served anything since
+        self._held: float | None = None  # the rate in force when the current pause began
+        #: True while a pause holds the rate and in the update that ends it: not noise, to be applied at once
+        self.pausing = False
         self.cruise = non_negative("capacity.bdp.cruise", cruise)
         self.drain_time = positive("capacity.bdp.drain_time", drain_time)
         self._until = 0.0  # cruise ends
@@ -263,15 +281,31 @@ class BandwidthDelay(_Measured):
         s = self._signals(w)
         if self._reprobe_at is None:
             self._reprobe_at = self._reprobe_after(w.now)
+        if self._down:
+            return self._outage(w, s)
         if self.phase is Phase.REMEASURING:
             return self._remeasuring(w, s)
-        if w.limiting and w.now >= self._reprobe_at and self.phase is not Phase.DRAINING:
+        if w.limiting and w.now >= self._reprobe_at and self.phase not in (Phase.DRAINING, Phase.PAUSED):
             return self._remeasure(w, s)
         if self.phase is Phase.DRAINING:
             return self._draining(w, s)
+        held, self._held = self._held, None
+        self.pausing = held is not None
         if s.queueing:
             return self._saturated(w, s)
-        return self._open(w, s)
+        current = s.delivered if w.current is None else w.current
+        if s.over and s.stood >= PAUSE_AFTER and current <= 0:
+            return self._pause(w, s, w.rate if held is None else held)
+        rate = self._open(w, s)
+        return rate if held is None else max(rate, held)
+
+    def _pause(self, w: Window, s: _Signals, held: float) -> float:
+        """A queue stands and nothing at all has been served for PAUSE_AFTER s: admit what is delivered until
+        the service serves again (then the rate in force before resumes at once) or the queue is confirmed
+        (a verdict: an outage, or a capacity). μ is untouched: a real server's event loop, busy with a herd's
+        connections, can stall completions for a few tenths of a second, and that is no outage."""
+        self._held, self.pausing, self.phase = held, True, Phase.PAUSED
+        return max(s.delivered, 1e-3)
 
     def _signals(self, w: Window) -> _Signals:
         """What this window says: μ so far, the baseline, the delivered rate, and whether work is queueing."""
@@ -298,16 +332,19 @@ class BandwidthDelay(_Measured):
         # 503 at a herd's onset says nothing of a capacity measured over the idle time before it.
         stood = w.now - self._over_since - min(base, DELIVERY_SPAN) if self._over else -1.0
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
+        if w.drops:  # a 502/503/504 is answered, not served: no part of a capacity
+            sample = min(sample, max(0.0, delivered - w.drops / DELIVERY_SPAN))
         # A sample that says the service has all but stopped is believed only from the longer span: on a real
         # server a herd's first instants can stall completions for a few tenths of a second (the event loop is
         # busy with the herd's connections), and that is not an outage.
-        enough = DELIVERY_SPAN if sample < HEALTHY * w.rate else CURRENT_SPAN
+        offered = w.rate if self._held is None else max(w.rate, self._held)
+        enough = DELIVERY_SPAN if sample < HEALTHY * offered else CURRENT_SPAN
         queueing = self._over >= (self.confirm if w.limiting else 3 * self.confirm) and stood >= enough
         if self.phase is Phase.DRAINING:
             # Hysteresis on the way out, on what is in flight now (BBR's drain: until in flight is down to
             # the bandwidth-delay product): an average over the newest 0.2 s lags the queue's end.
             queueing = w.inflight - expected > self.tolerance / 2 * expected + 1 or w.drops > 0
-        return _Signals(mu, base, delivered, queued, queueing, over, sample, stood)
+        return _Signals(mu, base, delivered, queued, queueing, over, sample, stood, offered)
 
     def _remeasure(self, w: Window, s: _Signals) -> float:
         """Periodically admit at 3/4 of μ for a few latencies, so the baseline is measured without a queue
@@ -339,14 +376,36 @@ class BandwidthDelay(_Measured):
         # Healthy is judged against the rate offered, and after an outage against the capacity known before
         # it (fading over COLLAPSE_MEMORY s): at a rate an outage cut to a few per second, a trickle delivered
         # is a quarter of the rate, not a capacity found; start-up speed must find the old one again.
-        known = self._before * math.exp((self._before_at - w.now) / COLLAPSE_MEMORY)
-        self._started = s.sample >= max(w.rate, known) * HEALTHY
+        known = self._known(w.now)
+        self._started = s.sample >= max(s.offered, known) * HEALTHY
         if not self._started and self.mu is not None and self.mu > known:
             self._before, self._before_at = self.mu, w.now
         self.mu = mu = max(s.sample, 1e-3)
+        if s.sample == 0:  # nothing served at all: an outage, held until the service serves again
+            self._down, self.phase = True, Phase.OUTAGE
+            return mu
         self.phase, self._drain_at, self._drain_busy, self._plateau = Phase.DRAINING, w.now, w.busy, None
         self._samples.clear()
         return self._drain_rate(mu, s.queued)
+
+    def _outage(self, w: Window, s: _Signals) -> float:
+        """The service served nothing: hold the rate (no growth into a service that only times out) until
+        it serves again without drops; then resume at a share of the capacity known before the outage."""
+        current = s.delivered if w.current is None else w.current
+        if w.drops or current <= 0:
+            return w.rate
+        self._down = False
+        mu = max(s.mu, w.rate)
+        if w.recent_latency <= (1 + self.tolerance) * s.base:  # served at its baseline: the old capacity is back
+            mu = max(mu, RESUME * self._known(w.now))
+        self.mu = mu
+        self._reprobe_at = self._reprobe_after(w.now)  # (the baseline was just seen: no re-measurement now)
+        self._start_cruise(w.now)
+        return mu
+
+    def _known(self, now: float) -> float:
+        """The capacity known before the last outage, faded over COLLAPSE_MEMORY s (0 if none), requests/s."""
+        return self._before * math.exp((self._before_at - now) / COLLAPSE_MEMORY)
 
     def _draining(self, w: Window, s: _Signals) -> float:
         if not s.queueing:
