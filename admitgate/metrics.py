@@ -38,7 +38,7 @@ PACED = f"{PREFIX}_paced_requests"  # counter {route, class}: admitted after a p
 RATE = f"{PREFIX}_rate_requests_per_second"  # gauge: the pacer's rate
 CAPACITY = f"{PREFIX}_capacity_requests_per_second"  # gauge: μ
 LAMBDA_NEW = f"{PREFIX}_protected_rate_requests_per_second"  # gauge: λ_new
-HEADROOM = f"{PREFIX}_headroom_requests_per_second"  # gauge: H = rate − λ_critical
+HEADROOM = f"{PREFIX}_headroom_requests_per_second"  # gauge: H = μ − λ_new − √λ_new, returns are scheduled at
 FLOOR = f"{PREFIX}_capacity_floor_requests_per_second"  # gauge: the configured floor of a live capacity
 BASELINE = f"{PREFIX}_baseline_latency_seconds"  # gauge
 LATENCY = f"{PREFIX}_latency_seconds"  # gauge: mean latency of the last estimator window
@@ -47,7 +47,7 @@ WAITERS = f"{PREFIX}_paced_waiting_requests"  # gauge: requests being held by pa
 WINDOW = f"{PREFIX}_safe_window_seconds"  # gauge: how far ahead the retry schedule reaches
 HOLDERS = f"{PREFIX}_schedule_clients"  # gauge: clients holding a place in the retry schedule
 OVERFLOW = f"{PREFIX}_schedule_overflow"  # counter: places beyond max_retry_after (told a folded value)
-QUOTA_REFUSED = f"{PREFIX}_quota_refused_requests"  # counter: requests over their key's quota (part of rejected)
+QUOTA_REFUSED = f"{PREFIX}_quota_refused_requests"  # counter: requests over their key's quota (HTTP ones also rejected)
 ESTIMATOR = f"{PREFIX}_estimator_state"  # gauge 1 {estimator, state}
 REQUEST_LATENCY = f"{PREFIX}_request_latency_seconds"  # histogram: admission to last body byte
 PACING = f"{PREFIX}_pacing_delay_seconds"  # histogram of pacing holds
@@ -87,7 +87,12 @@ _GAUGES = (
     (RATE, "rate", "Rate the token pacer refills at (requests/s)."),
     (CAPACITY, "mu", "Estimated capacity mu (requests/s)."),
     (LAMBDA_NEW, "lambda_new", "Protected/background arrival rate lambda_new (requests/s)."),
-    (HEADROOM, "headroom", "Headroom H = rate - lambda_critical for sheddable traffic (requests/s)."),
+    (
+        HEADROOM,
+        "headroom",
+        "Headroom H = mu - lambda_new - sqrt(lambda_new): the rate rejected clients are "
+        "scheduled to come back at (requests/s).",
+    ),
     (BASELINE, "baseline_latency", "Baseline (no-load) latency the estimator uses (seconds)."),
     (LATENCY, "latency", "Mean latency over the estimator's last window (seconds)."),
 )

@@ -89,8 +89,8 @@ def live(app, metrics: bool = False):
 
     from admitgate import BandwidthDelay, LiveCapacity
 
-    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
-    return AdmitGate(app, rate=headroom, metrics=CollectorRegistry() if metrics else None, settings=Settings(burst=1e9))
+    source = LiveCapacity(BandwidthDelay(seed=1), initial=1e9, ceiling=1e9)
+    return AdmitGate(app, rate=source, metrics=CollectorRegistry() if metrics else None, settings=Settings(burst=1e9))
 
 
 def variant_apps() -> dict:

@@ -31,7 +31,7 @@ def feed(h: LiveCapacity, start: float, seconds: float, rate: float, latency: fl
     return out
 
 
-def test_static_headroom() -> None:
+def test_static_capacity() -> None:
     assert StaticCapacity(5).rate(0) == 5.0
 
 

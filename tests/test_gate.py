@@ -23,7 +23,7 @@ def admit(g: Gate, now: float, key=None, cost: float = 1.0, priority=DEFAULT):
 
 
 class Rate:
-    """A headroom whose rate a test sets by hand."""
+    """A capacity source whose rate a test sets by hand."""
 
     def __init__(self, rate: float) -> None:
         self.value = rate

@@ -446,10 +446,10 @@ async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: 
         clock.advance(0.25)  # the body streams for a quarter of a second
         await send({"type": "http.response.body", "body": b"b"})
 
-    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=100, now=clock())
-    gate = AdmitGate(streaming, rate=headroom, clock=clock, sleep=sleep)
+    source = LiveCapacity(BandwidthDelay(seed=1), initial=100, now=clock())
+    gate = AdmitGate(streaming, rate=source, clock=clock, sleep=sleep)
     probes = gate.gate.probes
-    assert probes is headroom.probes
+    assert probes is source.probes
     assert (await call(gate, http_scope("/ok")))[0] == 200
     assert (probes.total, probes.inflight, probes.total_latency) == (1, 0, pytest.approx(0.25))
     await call(gate, http_scope("/busy"))

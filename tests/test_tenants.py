@@ -341,12 +341,12 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
     and never raises μ past its first guess: a herd in one tenant then drained at 2.3× its bound."""
     from admitgate import BandwidthDelay, LiveCapacity
 
-    headroom = LiveCapacity(BandwidthDelay(seed=1), initial=10)
-    root = Gate(headroom, Settings(tarpit=0.0))
+    source = LiveCapacity(BandwidthDelay(seed=1), initial=10)
+    root = Gate(source, Settings(tarpit=0.0))
     tenants = Tenants(Tenancy(establish=1), root)
     for i in range(50):  # far above 10/s at one instant: paced, then rejected
         tenants.admit(1.0, DEFAULT, 0.0, lambda i=i: i, scope("big"))
-    probes = headroom.probes
+    probes = source.probes
     probes.roll(probes.width)  # close the bucket they fell in
     assert probes.ring[-1].shed >= 40
 
@@ -408,3 +408,24 @@ def test_clients_who_gave_up_are_no_demand() -> None:
         tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"x{k}", scope("x"))
     run = Run(tenants).send("a", 0, 30, 200).send("b", 0, 30, 200).go()
     assert run.rate("a", 5, 30) + run.rate("b", 5, 30) >= 97  # (was 66.4 until x idled out at 30 s)
+
+
+def test_the_rate_limit_fields_show_a_tenants_entitlement_not_the_rate_its_retry_after_is_timed_at() -> None:
+    """``q`` on an admitted response is the tenant's weighted share among the tenants asking (what it is sure
+    of), not what its schedule promises while the others leave capacity unused."""
+    tenants = table(300.0)
+    now = 0.0
+    for k in range(50):  # three tenants established: s1 and s2 ask 10/s, the herd's 1/s
+        now = k / 10
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("s1"))
+        tenants.admit(1.0, DEFAULT, now + 0.01, lambda: None, scope("s2"))
+        if k % 10 == 0:
+            tenants.admit(1.0, DEFAULT, now, lambda: None, scope("herd"))
+    for k in range(2000):
+        tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("herd"))
+    for _ in range(10):
+        now += 0.1
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("s1"))
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("s2"))
+    assert tenants.limit_of(scope("s1"), now)[1] == pytest.approx(100.0)  # 300 / 3 (was 186.5: μ less the others)
+    assert tenants.pool_of("herd", now).share.capacity > 250  # its Retry-After: μ less what s1 and s2 use

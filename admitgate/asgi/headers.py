@@ -14,8 +14,10 @@ Rejections carry:
 
 The body is ``application/problem+json`` (RFC 9457) with the draft's problem types, unless the
 policy's ``body`` hook renders the app's own error format.
-Quota ``q`` per window ``w`` describes the current headroom: ``w`` is the smallest whole
-number of seconds in which at least one request is allowed, ``q = floor(rate * w)``.
+Quota ``q`` per window ``w`` describes the rate at hand: on a 429 the headroom H returning clients are
+scheduled at, on an admitted response (``on_admit``) the rate its bucket refills at (μ, or a tenant's
+entitlement). ``w`` is the smallest whole number of seconds in which at least one request is allowed,
+``q = floor(rate * w)``.
 """
 
 from __future__ import annotations

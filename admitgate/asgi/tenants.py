@@ -164,12 +164,13 @@ class Tenancy:
 
 class Share:
     """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): the rate its pacer
-    refills at (requests/s), and the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`)."""
+    refills at (requests/s), the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`), and its
+    ``entitlement`` (its weighted share among the tenants asking: the ``q`` its rate-limit fields show)."""
 
-    __slots__ = ("capacity", "growth", "value")
+    __slots__ = ("capacity", "entitlement", "growth", "value")
 
     def __init__(self, value: float, capacity: float, growth: float) -> None:
-        self.value, self.capacity, self.growth = value, capacity, growth
+        self.value, self.capacity, self.entitlement, self.growth = value, capacity, capacity, growth
 
     def rate(self, now: float) -> float:
         return self.value
@@ -195,6 +196,7 @@ class Pool:
         ``promise`` is what it gets if it stays busy while the others use what they used."""
         share = self.share
         share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, promise, MIN_RATE)
+        share.entitlement = max(entitlement, MIN_RATE)
         if burst != self.gate.pacer.burst:
             self.gate.pacer.set_burst(burst, now)
         self.gate.next_refresh = now  # the next decision reads the new rate
@@ -291,7 +293,7 @@ class Tenants:
                 continue
             cut = min(left, wanted)
             rate = other.share.value - cut
-            other.set_share(rate, other.share.capacity, self._burst(rate), now)
+            other.set_share(rate, other.share.entitlement, self._burst(rate), now, other.share.capacity)
             self._assigned -= cut
             wanted -= cut
 
@@ -327,7 +329,7 @@ class Tenants:
         """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
         name = self.name(scope)
         pool = (None if name is None else self._pools.get(name, now)) or self.newcomers
-        return pool.gate.pacer, pool.share.capacity
+        return pool.gate.pacer, pool.share.entitlement
 
     def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)

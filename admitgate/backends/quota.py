@@ -30,7 +30,8 @@ QUOTA = (resources.files(__package__) / "quota.lua").read_text(encoding="utf-8")
 
 
 class RedisQuota:
-    """The fleet's quota: ``await check(key)`` is 0.0 (allowed, counted) or the wait in seconds.
+    """The fleet's quota: ``await check(key)`` is the :class:`~admitgate.core.quota.Answer` for ``key`` (a wait
+    of 0.0: allowed and counted).
 
     ``client``: a redis-py asyncio client (the shared budget's). ``local``: the fallback limiter (also the
     rate and clock). ``prefix``: the Redis key prefix (replicas with the same prefix share the counts).

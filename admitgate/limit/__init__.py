@@ -1,3 +1,3 @@
 """Capacity: the probes that sample completions, the estimators (BDP, gradient, AIMD, static) and the
-headroom that turns what they say into the gate's rate.
+capacity source (:class:`~admitgate.limit.capacity.LiveCapacity`) that turns what they say into the gate's rate.
 """
