@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 
 import anyio
@@ -27,8 +25,6 @@ from ..core.clock import Clock
 from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
 from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import Priority, Rule
-from ..core.quota import Answer
-from ..core.schedule import SLOT_GRACE
 from ..core.settings import Settings
 from ..limit.capacity import Capacity
 from ..limit.probes import Probes
@@ -37,17 +33,17 @@ from ..metrics import (
     AFTER_PACING,
     AT_ONCE,
     REJECTED,
-    RETRY_AFTER_BOUNDS,
     TALLY,
     GateCollector,
     MultiprocessSync,
     multiprocess_dir,
 )
-from .cors import AppCors, is_preflight
-from .headers import HeaderPolicy, merge_expose
+from .cors import is_preflight
+from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
 from .pacing import hold
 from .quota import Quota, QuotaGuard
+from .responses import Responder
 from .routing import Router
 from .startup import built_by_starlette, fail_startup
 from .tenants import Tenancy, Tenants
@@ -153,7 +149,6 @@ class AdmitGate:
             shared = worker_secret()  # the workers of one server must know each other's tickets
         self.ticket = None if identity.ticket is False else RetryTicket(shared, always_secure=identity.secure_cookie)
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
-        self._cors = AppCors(self.headers.exposed)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
         self._take = self.gate.pacer.try_take if self.tenants is None else _never  # tenants: no shared bucket
@@ -164,8 +159,8 @@ class AdmitGate:
         self._probes = self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
-        self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)
-        self.retry_after_sum = 0
+        self.responses = Responder(self, self.headers, self.gate, self.tenants, self._quota, self.ticket, clock,
+                                   wall_clock)  # fmt: skip
         self.backend = backend
         if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
             backend.attach(self.gate, self.gate.static_rate, clock)
@@ -199,7 +194,7 @@ class AdmitGate:
                     await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
                     return
                 if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
-                    send = self._with_quota_fields(scope, send, answer)
+                    send = self.responses.with_quota_fields(scope, send, answer)
         gate = self.gate
         now = self.clock()
         if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
@@ -233,12 +228,12 @@ class AdmitGate:
             if decision.verdict is Verdict.REJECT:
                 if self._tally_on:
                     self._count(rule, REJECTED)
-                await self._reject(scope, send, decision.retry_after, decision.rate, decision.key, now)
+                await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
                 return
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
-            send = self._with_limit_fields(scope, send)
+            send = self.responses.with_limit_fields(scope, send)
         probes = self._probes
         if probes is None:
             await self.app(scope, receive, send)
@@ -296,6 +291,16 @@ class AdmitGate:
         counts[index] += 1
 
     @property
+    def retry_after_counts(self) -> list[int]:
+        """429s per :data:`~admitgate.metrics.RETRY_AFTER_BOUNDS` bucket of their Retry-After (for metrics)."""
+        return self.responses.retry_after_counts
+
+    @property
+    def retry_after_sum(self) -> int:
+        """Seconds of Retry-After given out (for metrics)."""
+        return self.responses.retry_after_sum
+
+    @property
     def quota_refused(self) -> int:
         """Requests refused over their key's quota so far (0 without a quota): for metrics."""
         return 0 if self._quota is None else self._quota.refused
@@ -306,73 +311,11 @@ class AdmitGate:
         digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
         return self._recognise(scope)
 
-    # -- responses ------------------------------------------------------------------------
-    async def _reject(
-        self, scope: Scope, send: Send, retry_after: int, rate: float, ident: Hashable | None, now: float
-    ) -> None:
-        headers, body = self.headers.rejection(retry_after, rate)
-        if self.ticket is not None and isinstance(ident, str):
-            max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
-            cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
-            headers.append((b"set-cookie", cookie))
-        await self._send_rejection(scope, send, retry_after, headers, body)
-
     async def _over_quota(self, scope: Scope, send: Send, rule: Rule, retry_after: int) -> None:
         """Refuse a request over its key's quota: the rejection's status, the quota's fields and body."""
         if self._tally_on:
             self._count(rule, REJECTED)
-        headers, body = self._quota_rejection(retry_after)
-        await self._send_rejection(scope, send, retry_after, headers, body)
-
-    def _quota_rejection(self, retry_after: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
-        guard = self._quota
-        assert guard is not None
-        return self.headers.quota_rejection(retry_after, guard.quota.name, guard.limit, guard.window)
-
-    async def _send_rejection(self, scope: Scope, send: Send, retry_after: int, headers: list[tuple[bytes, bytes]],
-                              body: bytes) -> None:  # fmt: skip
-        self.retry_after_counts[bisect_left(RETRY_AFTER_BOUNDS, retry_after)] += 1
-        self.retry_after_sum += retry_after
-        if not self._cors.resolved:
-            self._cors.resolve(self, scope)
-        headers = await self._cors.apply(scope, headers)
-        await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    def _with_quota_fields(self, scope: Scope, send: Send, answer: Answer) -> Send:
-        """``send`` adding the quota's fields for a request it allowed to the response (whatever the gate says)."""
-        guard = self._quota
-        assert guard is not None
-        fields = self.headers.quota_fields(guard.quota.name, guard.limit, guard.window, *guard.fields(answer))
-        if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
-            self._cors.resolve(self, scope)
-        exposed = self.headers.exposed
-
-        async def send_with_quota(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = merge_expose([*message.get("headers", ()), *fields], exposed)
-            await send(message)
-
-        return send_with_quota
-
-    def _with_limit_fields(self, scope: Scope, send: Send) -> Send:
-        gate, policy, clock = self.gate, self.headers, self.clock
-        if not self._cors.resolved:  # a CORS layer outside the gate must expose the fields too
-            self._cors.resolve(self, scope)
-
-        async def send_with_fields(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                now = clock()
-                pacer, rate = (gate.pacer, gate.pacer.rate) if self.tenants is None else \
-                    self.tenants.limit_of(scope, now)  # fmt: skip
-                tokens = pacer.tokens(now)
-                remaining = max(0, int(tokens))
-                reset = None if remaining else max(1, math.ceil(pacer.wait_time(1.0, now)))
-                fields = policy.limit_fields(rate, remaining, reset)
-                message["headers"] = merge_expose([*message.get("headers", ()), *fields], policy.exposed)
-            await send(message)
-
-        return send_with_fields
+        await self.responses.send_rejection(scope, send, retry_after, *self.responses.quota_rejection(retry_after))
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         rule = self.router.resolve(scope["path"])
@@ -383,7 +326,9 @@ class AdmitGate:
             answer = await self._quota.answer(scope)
             if answer is not None and answer.wait > 0:
                 retry_after = self._quota.retry_after(answer)
-                await self._refuse_handshake(scope, receive, send, *self._quota_rejection(retry_after))
+                await self.responses.refuse_handshake(
+                    scope, receive, send, *self.responses.quota_rejection(retry_after)
+                )
                 return
         gate, tenants = self.gate, self.tenants
         now = self.clock()
@@ -400,21 +345,8 @@ class AdmitGate:
         if decision is None or decision.verdict is not Verdict.REJECT:
             await self.app(scope, receive, send)
             return
-        await self._refuse_handshake(scope, receive, send, *self.headers.rejection(decision.retry_after, decision.rate))
-
-    async def _refuse_handshake(self, scope: Scope, receive: Receive, send: Send, headers: list[tuple[bytes, bytes]],
-                                body: bytes) -> None:  # fmt: skip
-        """Refuse a websocket handshake: the rejection as an HTTP response where the server can send one (the
-        ``websocket.http.response`` extension), else close with 1013 (try again later)."""
-        message = await receive()  # websocket.connect
-        if message["type"] != "websocket.connect":
-            return
-        if "websocket.http.response" in (scope.get("extensions") or {}):
-            start = {"type": "websocket.http.response.start", "status": self.headers.status, "headers": headers}
-            await send(start)
-            await send({"type": "websocket.http.response.body", "body": body})
-        else:
-            await send({"type": "websocket.close", "code": 1013, "reason": "try again later"})
+        rejection = self.headers.rejection(decision.retry_after, decision.rate)
+        await self.responses.refuse_handshake(scope, receive, send, *rejection)
 
 
 def _never(cost: float, now: float) -> bool:
