@@ -49,3 +49,15 @@ def test_a_million_distinct_keys_stay_bounded() -> None:
 def test_bad_size() -> None:
     with pytest.raises(ConfigError, match="max_keys"):
         BoundedExpiringMap(0)
+
+
+def test_sweep_drops_expired_entries_from_the_old_end_and_counts_what_is_left() -> None:
+    m: BoundedExpiringMap[int] = BoundedExpiringMap(100)
+    for k in range(10):
+        m.put(k, k, expires_at=10.0 + k, now=0.0)  # insertion order is expiry order
+    m.put("late", 0, expires_at=11.5, now=0.0)  # inserted last, expires among the first
+    assert m.sweep(9.0) == 11  # nothing expired yet
+    assert m.sweep(12.5) == 8  # 0, 1 and 2 expired (10, 11, 12), from the old end
+    assert m.get(2, 12.5) is None and m.get(3, 12.5) == 3
+    assert len(m) == 8  # "late" expired too but waits behind live older entries: counted until it is reached
+    assert m.sweep(30.0) == 0
