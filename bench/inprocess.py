@@ -180,12 +180,17 @@ def _run_variant(name: str, n: int) -> None:
 
 
 def instructions(name: str, n: int) -> int:
-    """Total instructions (callgrind Ir) of a child process running ``n`` requests of ``name``."""
+    """Total instructions (callgrind Ir) of a child process running ``n`` requests of ``name``.
+
+    The child's hash seed is fixed: string hashes decide dict collisions, and with a random seed the same
+    code's count moves by a few hundred instructions a request between runs.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
                "--child", name, "--requests", str(n)]  # fmt: skip
-        log = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stderr
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        log = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True, env=env).stderr
     match = re.search(r"Collected : (\d+)", log)
     if not match:
         raise RuntimeError(log[-2000:])
@@ -198,6 +203,7 @@ def instruction_counts(n: int) -> dict:
         "trivial",
         "passthrough",
         "admitgate",
+        "admitgate-tenants",
         "admitgate-live",
         "admitgate-metrics",
         "starlette",
@@ -209,6 +215,7 @@ def instruction_counts(n: int) -> dict:
         "requests": n,
         "instructions_per_request": {k: round(v) for k, v in per_request.items()},
         "admitgate_added_instructions": round(per_request["admitgate"] - per_request["trivial"]),
+        "admitgate_tenants_added_instructions": round(per_request["admitgate-tenants"] - per_request["trivial"]),
         "admitgate_live_added_instructions": round(per_request["admitgate-live"] - per_request["trivial"]),
         "admitgate_metrics_added_instructions": round(per_request["admitgate-metrics"] - per_request["trivial"]),
         "starlette_metrics_instruction_ratio": round(

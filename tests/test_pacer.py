@@ -17,6 +17,36 @@ def test_starts_full_and_takes_exactly() -> None:
     assert p.try_take(1, 0.1)
 
 
+def test_a_stale_now_is_made_good_by_the_next_call() -> None:
+    """try_take with a ``now`` earlier than the last refills negatively; the next call restores the bucket."""
+    p = TokenPacer(rate=10, burst=100, now=0.0)
+    assert p.try_take(100, 0.0)
+    assert p.try_take(1, 2.0)  # 20 refilled, 19 left
+    assert p.try_take(1, 1.5)  # as of 1.5: 19 - 5 - 1 = 13
+    assert p.tokens(1.5) == pytest.approx(13.0)
+    assert p.tokens(3.0) == pytest.approx(28.0)  # 30 refilled by 3.0, 2 taken: as if in order
+    assert not p.try_take(14, 1.5)  # 28 as of 3.0 is 13 as of 1.5
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.floats(0.5, 500),
+    burst=st.floats(1, 50),
+    steps=st.lists(st.tuples(st.floats(0, 0.2), st.floats(0, 0.5), st.sampled_from([1.0, 2.0, 0.5])), max_size=200),
+)
+def test_stale_times_never_admit_more_than_rate_times_t_plus_burst(rate, burst, steps) -> None:
+    """Calls whose ``now`` lags the latest (requests decided out of order) never add tokens: the cost taken by
+    the latest time T is at most rate*T + burst."""
+    p = TokenPacer(rate, burst, now=0.0)
+    latest, taken = 0.0, 0.0
+    for gap, lag, cost in steps:
+        latest += gap
+        if p.try_take(cost, max(0.0, latest - lag)):
+            taken += cost
+        assert taken <= rate * latest + burst + 1e-6
+    assert p.tokens(latest) <= burst + 1e-9
+
+
 def test_refill_is_capped_at_burst() -> None:
     p = TokenPacer(rate=100, burst=5, now=0.0)
     p.try_take(5, 0.0)

@@ -151,7 +151,8 @@ class AdmitGate:
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
-        self._take = self.gate.pacer.try_take if self.tenants is None else _never  # tenants: no shared bucket
+        # Tenants: no shared bucket; a quota: asked before the gate. Either way no inlined fast path.
+        self._take = self.gate.pacer.try_take if self.tenants is None and self._quota is None else _never
         self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
@@ -186,61 +187,90 @@ class AdmitGate:
         if scope["method"] == "OPTIONS" and is_preflight(scope):  # the app's CORS layer answers it; no route runs
             await self.app(scope, receive, send)
             return
-        rule = self._cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
-        if self._quota is not None and not rule.exempt:  # before the gate: a refusal must not take a token
-            answer = await self._quota.answer(scope)
-            if answer is not None:
-                if answer.wait > 0:
-                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
-                    return
-                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
-                    send = self.responses.with_quota_fields(scope, send, answer)
-        gate = self.gate
-        now = self.clock()
-        if rule.fast and now < gate.next_refresh and not self._book and self._take(rule.cost, now):
+        # Callables kept on the instance are read as attributes, then called: `self.f(...)` would look f up
+        # as a method first (on the class, in vain) on every request.
+        cached_rule, clock, take = self._cached_rule, self.clock, self._take
+        rule = cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
+        now = clock()
+        if rule.fast and now < self.gate.next_refresh and not self._book and take(rule.cost, now):
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
             if self._bare:
-                await self.app(scope, receive, send)
+                app = self.app
+                await app(scope, receive, send)
                 return
             outcome = AT_ONCE
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
         else:
-            if self._sync is not None:
-                self._sync.start()
-            if self.backend is not None:
-                self.backend.start()
-            identify = lambda: self.identify(scope, now)  # noqa: E731
-            tenants = self.tenants
-            decision = gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
-                tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
-            outcome = AT_ONCE
-            if decision.delay:
-                paced = decision.verdict is Verdict.PACE
-                after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
-                if after is None:  # the client went away while held
-                    if self._tally_on:
-                        self._count(rule, ABANDONED)
-                    return
-                decision, now = after, self.clock()
-                outcome = AFTER_PACING if paced else AT_ONCE
-            if decision.verdict is Verdict.REJECT:
-                if self._tally_on:
-                    self._count(rule, REJECTED)
-                await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
+            decided = await self._decide(scope, receive, send, rule, now)
+            if decided is None:  # answered (rejected) or abandoned
                 return
+            outcome, receive, send, now = decided
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
             send = self.responses.with_limit_fields(scope, send)
         probes = self._probes
         if probes is None:
-            await self.app(scope, receive, send)
-            return
-        # Probes (a live capacity): in flight, latency until the app has finished its response (the app
-        # returns after its last body chunk, so streaming counts in full), and the outcome. An app that
-        # raises is an error; a cancelled one (the client went away) gives no sample.
+            app = self.app
+            await app(scope, receive, send)
+        else:
+            await self._probed(scope, receive, send, now, probes)
+
+    # The slow path and the probed path are methods of their own: a closure in __call__ would make its
+    # captured variables cells, allocated on every request, the fast path's included.
+
+    async def _decide(
+        self, scope: Scope, receive: Receive, send: Send, rule: Rule, now: float
+    ) -> tuple[int, Receive, Send, float] | None:
+        """Decide a request the inlined fast path did not: its key's quota, then admit, pace, hold or reject.
+
+        Returns ``(outcome, receive, send, now)`` for a request to serve (``receive`` may be wrapped while it
+        was held, ``send`` to add the quota's fields, ``now`` is the time it was let in), or None once it is
+        answered or its client went away.
+        """
+        if self._quota is not None:  # before the gate: a refusal must not take a token
+            answer = await self._quota.answer(scope)
+            if answer is not None:
+                if answer.wait > 0:
+                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
+                    return None
+                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
+                    send = self.responses.with_quota_fields(scope, send, answer)
+            now = self.clock()  # after the quota's round trip
+        if self._sync is not None:
+            self._sync.start()
+        if self.backend is not None:
+            self.backend.start()
+        identify = lambda: self.identify(scope, now)  # noqa: E731
+        tenants = self.tenants
+        decision = self.gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
+            tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
+        outcome = AT_ONCE
+        if decision.delay:
+            paced = decision.verdict is Verdict.PACE
+            after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
+            if after is None:  # the client went away while held
+                if self._tally_on:
+                    self._count(rule, ABANDONED)
+                return None
+            decision, now = after, self.clock()
+            outcome = AFTER_PACING if paced else AT_ONCE
+        if decision.verdict is Verdict.REJECT:
+            if self._tally_on:
+                self._count(rule, REJECTED)
+            await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
+            return None
+        return outcome, receive, send, now
+
+    async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes) -> None:
+        """Serve an admitted request under ``probes`` (a live capacity).
+
+        In flight from ``now``; latency until the app has finished its response (the app returns after its
+        last body chunk, so streaming counts in full), and the outcome. An app that raises is an error; a
+        cancelled one (the client went away) gives no sample.
+        """
         probes.admit(now)
         status = 0
 
@@ -350,7 +380,8 @@ class AdmitGate:
 
 
 def _never(cost: float, now: float) -> bool:
-    """The admit path's shared bucket when tenants have buckets of their own: never a token there."""
+    """The inlined fast path's bucket when it must not run (tenants have buckets of their own; a quota
+    is asked first): never a token there, so every request goes to :meth:`AdmitGate._decide`."""
     return False
 
 

@@ -123,13 +123,18 @@ class TokenPacer:
     def try_take(self, cost: float, now: float, keep: float = 0.0) -> bool:
         """Take ``cost`` tokens if that leaves at least ``keep`` in the bucket."""
         tokens = self._tokens
-        if now > self._updated:  # refill, inlined and branch-capped: this is the hot path
-            if now < self._until:
-                tokens += (now - self._updated) * self._rate
-            elif self._until > self._updated:  # a grant that ran out in between
-                tokens += (self._until - self._updated) * self._rate
+        # The refill, inlined (this is the hot path) and with one comparison in the common case. A ``now``
+        # earlier than the last refills negatively: the refill is linear, so the next call makes it good.
+        if now < self._until:
+            tokens += (now - self._updated) * self._rate
             if tokens > self._burst:
                 tokens = self._burst
+            self._updated = now
+        elif now > self._updated:  # beyond a shared budget's grant: the refill stopped at its end
+            if self._until > self._updated:
+                tokens += (self._until - self._updated) * self._rate
+                if tokens > self._burst:
+                    tokens = self._burst
             self._updated = now
         left = tokens - cost
         if left >= keep:
