@@ -151,8 +151,7 @@ class AdmitGate:
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
-        # Tenants: no shared bucket; a quota: asked before the gate. Either way no inlined fast path.
-        self._take = self.gate.pacer.try_take if self.tenants is None and self._quota is None else _never
+        self._take = self.gate.pacer.try_take if self.tenants is None else _never  # tenants: no shared bucket
         self._book = self.gate.schedule.book
         self._on_admit = self.headers.on_admit
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
@@ -191,6 +190,14 @@ class AdmitGate:
         # as a method first (on the class, in vain) on every request.
         cached_rule, clock, take = self._cached_rule, self.clock, self._take
         rule = cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
+        if self._quota is not None and not rule.exempt:  # before the gate: a refusal must not take a token
+            answer = await self._quota.answer(scope)
+            if answer is not None:
+                if answer.wait > 0:
+                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
+                    return
+                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
+                    send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
         if rule.fast and now < self.gate.next_refresh and not self._book and take(rule.cost, now):
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
@@ -206,7 +213,7 @@ class AdmitGate:
             decided = await self._decide(scope, receive, send, rule, now)
             if decided is None:  # answered (rejected) or abandoned
                 return
-            outcome, receive, send, now = decided
+            outcome, receive, now = decided
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
@@ -223,22 +230,12 @@ class AdmitGate:
 
     async def _decide(
         self, scope: Scope, receive: Receive, send: Send, rule: Rule, now: float
-    ) -> tuple[int, Receive, Send, float] | None:
-        """Decide a request the inlined fast path did not: its key's quota, then admit, pace, hold or reject.
+    ) -> tuple[int, Receive, float] | None:
+        """Decide a request the inlined fast path did not: admit, pace, hold or reject it.
 
-        Returns ``(outcome, receive, send, now)`` for a request to serve (``receive`` may be wrapped while it
-        was held, ``send`` to add the quota's fields, ``now`` is the time it was let in), or None once it is
-        answered or its client went away.
+        Returns ``(outcome, receive, now)`` for a request to serve (``receive`` may be wrapped while it was
+        held, ``now`` is the time it was let in), or None once it is answered or its client went away.
         """
-        if self._quota is not None:  # before the gate: a refusal must not take a token
-            answer = await self._quota.answer(scope)
-            if answer is not None:
-                if answer.wait > 0:
-                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
-                    return None
-                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
-                    send = self.responses.with_quota_fields(scope, send, answer)
-            now = self.clock()  # after the quota's round trip
         if self._sync is not None:
             self._sync.start()
         if self.backend is not None:
@@ -262,7 +259,7 @@ class AdmitGate:
                 self._count(rule, REJECTED)
             await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
             return None
-        return outcome, receive, send, now
+        return outcome, receive, now
 
     async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes) -> None:
         """Serve an admitted request under ``probes`` (a live capacity).
@@ -380,8 +377,8 @@ class AdmitGate:
 
 
 def _never(cost: float, now: float) -> bool:
-    """The inlined fast path's bucket when it must not run (tenants have buckets of their own; a quota
-    is asked first): never a token there, so every request goes to :meth:`AdmitGate._decide`."""
+    """The inlined fast path's bucket when tenants have buckets of their own: never a token there, so
+    every request goes to :meth:`AdmitGate._decide`."""
     return False
 
 
