@@ -123,6 +123,34 @@ def test_fail_closed_admits_nothing() -> None:
     asyncio.run(run())
 
 
+def test_stop_ends_a_lease_loop_that_swallowed_its_cancellation() -> None:
+    """asyncio.wait_for can lose a cancellation that races its inner call's end (a Redis error at shutdown):
+    the loop then sleeps on with the task marked cancelling. stop() must still end it, not hang the shutdown."""
+
+    class Swallowing(RedisBudget):
+        swallowed = 0
+
+        async def lease(self, now: float) -> bool:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:  # what a lost cancellation looks like from the loop
+                self.swallowed += 1
+                if self.swallowed > 1:
+                    raise
+            return False
+
+    async def run() -> None:
+        gate = Gate(100, Settings(burst=10), now=0.0)
+        budget = Swallowing(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2, lease_interval=0.1)
+        budget.attach(gate, 100.0)
+        budget.start()
+        await asyncio.sleep(0.01)  # in the first lease
+        await asyncio.wait_for(budget.stop(), 2.0)
+        assert budget.swallowed >= 1 and budget._task is not None and budget._task.done()
+
+    asyncio.run(run())
+
+
 class Fleet:
     """N uvicorn replicas of tests/redis_app.py on free ports, sharing one budget in Redis."""
 

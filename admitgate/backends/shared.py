@@ -63,6 +63,7 @@ log = logging.getLogger("admitgate")
 #: A grant goes on refilling for this many lease intervals if the next lease is late; what it refills beyond
 #: its own interval is paid back to the shared bucket by that next lease.
 GRACE = 3.0
+STOP_RETRY = 0.05  # seconds between cancellations of a lease loop that did not end (see RedisBudget.stop)
 
 #: The lease script (``lease.lua``, shipped beside this module as package data).
 LEASE = (resources.files(__package__) / "lease.lua").read_text(encoding="utf-8")
@@ -175,9 +176,16 @@ class RedisBudget:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="admitgate-lease")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop leasing and close the client. The cancellation is repeated until the loop has ended:
+        ``asyncio.wait_for`` can lose one that races its call's end (a Redis error at shutdown), and the
+        loop would then sleep on for ever."""
+        task = self._task
+        if task is not None:
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=STOP_RETRY)
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("admitgate: the lease loop ended with %r", task.exception())
         await self.client.aclose()
 
     async def _run(self) -> None:
