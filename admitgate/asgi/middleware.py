@@ -210,10 +210,14 @@ class AdmitGate:
             await self.app(scope, receive, send)
             return
         else:
-            decided = await self._decide(scope, receive, send, rule, now)
-            if decided is None:  # answered (rejected) or abandoned
-                return
-            outcome, receive, now = decided
+            decision = self._decide(scope, rule, now)
+            if decision.delay or decision.verdict is Verdict.REJECT:
+                settled = await self._settle(scope, receive, send, rule, decision)
+                if settled is None:  # answered (rejected) or abandoned
+                    return
+                outcome, receive, now = settled
+            else:
+                outcome = AT_ONCE
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
@@ -228,13 +232,11 @@ class AdmitGate:
     # The slow path and the probed path are methods of their own: a closure in __call__ would make its
     # captured variables cells, allocated on every request, the fast path's included.
 
-    async def _decide(
-        self, scope: Scope, receive: Receive, send: Send, rule: Rule, now: float
-    ) -> tuple[int, Receive, float] | None:
-        """Decide a request the inlined fast path did not: admit, pace, hold or reject it.
+    def _decide(self, scope: Scope, rule: Rule, now: float) -> Decision:
+        """The gate's (or the tenant pools') decision on a request the inlined fast path did not admit.
 
-        Returns ``(outcome, receive, now)`` for a request to serve (``receive`` may be wrapped while it was
-        held, ``now`` is the time it was let in), or None once it is answered or its client went away.
+        A plain method, not a coroutine: a request admitted here (every admitted one, with tenants) is
+        served without an await of its own; only a hold or a rejection goes on to :meth:`_settle`.
         """
         if self._sync is not None:
             self._sync.start()
@@ -242,9 +244,18 @@ class AdmitGate:
             self.backend.start()
         identify = lambda: self.identify(scope, now)  # noqa: E731
         tenants = self.tenants
-        decision = self.gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
-            tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
-        outcome = AT_ONCE
+        if tenants is None:
+            return self.gate.admit(rule.cost, rule.priority, now, identify)
+        return tenants.admit(rule.cost, rule.priority, now, identify, scope)
+
+    async def _settle(
+        self, scope: Scope, receive: Receive, send: Send, rule: Rule, decision: Decision
+    ) -> tuple[int, Receive, float] | None:
+        """Hold ``decision``'s request for its delay, or reject it.
+
+        Returns ``(outcome, receive, now)`` for a request to serve (``receive`` is wrapped while it was
+        held, ``now`` is the time it was let in), or None once it is answered or its client went away.
+        """
         if decision.delay:
             paced = decision.verdict is Verdict.PACE
             after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
@@ -252,14 +263,13 @@ class AdmitGate:
                 if self._tally_on:
                     self._count(rule, ABANDONED)
                 return None
-            decision, now = after, self.clock()
-            outcome = AFTER_PACING if paced else AT_ONCE
-        if decision.verdict is Verdict.REJECT:
-            if self._tally_on:
-                self._count(rule, REJECTED)
-            await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
-            return None
-        return outcome, receive, now
+            decision = after
+            if decision.verdict is not Verdict.REJECT:
+                return AFTER_PACING if paced else AT_ONCE, receive, self.clock()
+        if self._tally_on:
+            self._count(rule, REJECTED)
+        await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
+        return None
 
     async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes) -> None:
         """Serve an admitted request under ``probes`` (a live capacity).
