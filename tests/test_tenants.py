@@ -429,3 +429,76 @@ def test_the_rate_limit_fields_show_a_tenants_entitlement_not_the_rate_its_retry
         tenants.admit(1.0, DEFAULT, now, lambda: None, scope("s2"))
     assert tenants.limit_of(scope("s1"), now)[1] == pytest.approx(100.0)  # 300 / 3 (was 186.5: μ less the others)
     assert tenants.pool_of("herd", now).share.capacity > 250  # its Retry-After: μ less what s1 and s2 use
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.floats(0.0, 0.02), st.floats(0.1, 1.5)),
+            st.sampled_from(["a", "b", "c", None]),
+            st.integers(0, 5),
+        ),
+        min_size=1,
+        max_size=400,
+    )
+)  # crowds, and lulls between
+def test_the_fast_path_agrees_with_admit(steps: list[tuple[float, str | None, int]]) -> None:
+    """Tenants.take (the middleware's admit path with tenants) admits exactly what Tenants.admit would have
+    admitted at once, and leaves the table as admit leaves it; anything else is left to admit. Clients are
+    recognised (a rejected one holds a place), and the rates move as the shares are reallocated."""
+    one, two = table(rate=10.0, establish=2, interval=0.5), table(rate=10.0, establish=2, interval=0.5)
+    now = 0.0
+    for step, name, client in steps:
+        now += step
+        key = (name, client)
+        decision = one.admit(1.0, DEFAULT, now, lambda key=key: key, scope(name))
+        if two.take(scope(name), 1.0, now):
+            assert decision.verdict is Verdict.ADMIT and not decision.delay
+        else:
+            other = two.admit(1.0, DEFAULT, now, lambda key=key: key, scope(name))
+            assert (other.verdict, other.delay, other.retry_after) == (decision.verdict, decision.delay,
+                                                                       decision.retry_after)  # fmt: skip
+        assert _pool_state(one, name, now) == _pool_state(two, name, now)
+
+
+def _pool_state(tenants: Tenants, name: str | None, now: float) -> tuple[float, ...] | None:
+    """What a decision leaves in ``name``'s pool: asked, taken, places held, tokens, rate and H."""
+    pool = tenants.newcomers if name is None else tenants._pools.get(name, now)
+    if pool is None:
+        return None
+    gate = pool.gate
+    return (pool.asked, gate.pacer.taken, gate.schedule.holders, gate.stats.returning, round(gate.pacer.tokens(now), 9),
+            gate.pacer.rate, gate.schedule.rate)  # fmt: skip
+
+
+def test_the_fast_path_takes_a_plain_request_from_its_tenants_bucket() -> None:
+    tenants = table(rate=50.0, establish=1)
+    assert tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")).verdict is Verdict.ADMIT  # establishes "a"
+    pool = tenants._pools.get("a", 0.01)
+    assert pool is not None and pool.awake
+    taken = pool.gate.pacer.taken
+    assert tenants.take(scope("a"), 1.0, 0.01)
+    assert pool.gate.pacer.taken == taken + 1 and pool.asked == 2.0
+
+
+def test_the_fast_path_leaves_a_request_to_admit_while_someone_in_its_pool_holds_a_place() -> None:
+    """A token is free, but a client of the pool holds a place: admit must see the request (it may be that
+    client, back early, whose place is then given up), so the fast path declines."""
+    tenants = table(rate=10.0, establish=1)
+    now, rejected = 0.0, None
+    for i in range(200):  # a crowd in tenant "a" until one of its clients is told to come back
+        now = i * 0.001
+        decision = tenants.admit(1.0, DEFAULT, now, lambda i=i: i, scope("a"))
+        if decision.verdict is Verdict.REJECT and not decision.delay:
+            rejected = i
+            break
+    assert rejected is not None
+    pool = tenants._pools.get("a", now)
+    assert pool is not None and pool.gate.schedule.holders == 1
+    later = now + 2.5  # the paced requests have had their tokens, and one is free (no reallocation between)
+    tenants.next_rebalance = tenants.root.next_refresh = pool.gate.next_refresh = later + 1.0
+    assert pool.gate.pacer.tokens(later) >= 1.0
+    assert not tenants.take(scope("a"), 1.0, later)
+    assert tenants.admit(1.0, DEFAULT, later, lambda: rejected, scope("a")).verdict is Verdict.ADMIT
+    assert pool.gate.schedule.holders == 0  # its place given up: it got in early

@@ -151,8 +151,11 @@ class AdmitGate:
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
-        self._take = self.gate.pacer.try_take if self.tenants is None else _never  # tenants: no shared bucket
+        self._take = self.gate.pacer.try_take
         self._book = self.gate.schedule.book
+        self._tenant_take = None
+        if self.tenants is not None:  # no shared bucket: a bucket per tenant, and their own fast path
+            self._book, self._tenant_take = _TENANTS, self.tenants.take
         self._on_admit = self.headers.on_admit
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
             self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
@@ -199,7 +202,7 @@ class AdmitGate:
                 if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
                     send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
-        if rule.fast and now < self.gate.next_refresh and not self._book and take(rule.cost, now):
+        if not self._book and rule.fast and now < self.gate.next_refresh and take(rule.cost, now):
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
             if self._bare:
                 app = self.app
@@ -209,6 +212,8 @@ class AdmitGate:
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
+        elif rule.fast and self._tenant_take is not None and self._tenant_take(scope, rule.cost, now):
+            outcome = AT_ONCE  # the same fast path in the request's tenant's pool
         else:
             decision = self._decide(scope, rule, now)
             if decision.delay or decision.verdict is Verdict.REJECT:
@@ -386,10 +391,9 @@ class AdmitGate:
         await self.responses.refuse_handshake(scope, receive, send, *rejection)
 
 
-def _never(cost: float, now: float) -> bool:
-    """The inlined fast path's bucket when tenants have buckets of their own: never a token there, so
-    every request goes to :meth:`AdmitGate._decide`."""
-    return False
+#: The root's book as the inlined fast path sees it with tenants: never empty, so a request goes on to its
+#: tenant's pool (the root gate's bucket and schedule are not the tenants').
+_TENANTS = ("tenants",)
 
 
 class _Misconfigured(AdmitGate):

@@ -76,6 +76,16 @@ def _name(value: str) -> str:
     return value if len(value) <= MAX_NAME else "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
 
 
+def _named(user: TenantFunc) -> TenantFunc:
+    """A user's key function whose names are made what the built-in keys give: a string, long ones hashed."""
+
+    def named(scope: Scope) -> str | None:
+        found = user(scope)
+        return _name(found) if isinstance(found, str) else None
+
+    return named
+
+
 def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> TenantFunc:
     """``"header:<name>"`` (the header's value), ``"address"`` (the client address, behind ``trusted_hops``
     proxies) or a function ``scope -> tenant name or None``. A request with no tenant name is a newcomer."""
@@ -97,7 +107,10 @@ def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "
             for k, v in scope.get("headers") or ():
                 if k == raw:
                     value = v if value is None else value + b", " + v  # (several lines: one list, RFC 9110)
-            return _name(value.decode("latin-1")) if value else None
+            if not value:
+                return None
+            name = value.decode("latin-1")
+            return name if len(name) <= MAX_NAME else _name(name)  # (_name, inlined for the common case)
 
         return header
     raise ConfigError("key", "must be 'address', 'header:<name>' or a function scope -> tenant name", spec)
@@ -179,10 +192,13 @@ class Share:
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "counts", "demand", "gate", "name", "rejected", "share", "spans", "use", "weight")
+    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "rejected", "share", "spans", "take",
+                 "use", "weight")  # fmt: skip
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
+        # bound once for Tenants.take, as the middleware binds the root's
+        self.book, self.take = gate.schedule.book, gate.pacer.try_take
         self.asked = 0.0  #: cost asked since the last reallocation, tokens
         self.demand = 0.0  #: requests/s asked, as of the last reallocation
         self.rejected = 0  #: rejections so far
@@ -216,7 +232,8 @@ class Tenants:
             raise ConfigError("tenants", "must be an admitgate.Tenancy", tenancy)
         self.tenancy = tenancy
         self.root = root
-        self._key = tenant_key(tenancy.key, trusted_hops, forwarded)
+        key = tenant_key(tenancy.key, trusted_hops, forwarded)
+        self._key = _named(key) if callable(tenancy.key) else key  # (the built-in keys give names already)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
         self._candidates: BoundedExpiringMap[list[int]] = BoundedExpiringMap(tenancy.max_tenants)
         self._settings = dataclasses.replace(root.settings, burst=None)
@@ -300,10 +317,28 @@ class Tenants:
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
         try:
-            found = self._key(scope)
+            return self._key(scope)
         except Exception:  # a user function or a mangled scope must not fail the request
             return None
-        return _name(found) if isinstance(found, str) else None
+
+    def take(self, scope: Scope, cost: float, now: float) -> bool:
+        """:meth:`admit`'s answer for a plain request that its tenant's pool admits at once (a token free,
+        nobody holding a place, no refresh or reallocation due), without the Decision: True when taken.
+        False for anything else, having changed nothing but the bucket's refill: :meth:`admit` decides it then.
+        This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
+        if now >= self.root.next_refresh or now >= self.next_rebalance:
+            return False
+        try:  # (self.name, inlined)
+            name = self._key(scope)
+        except Exception:
+            return False
+        pool = self.newcomers if name is None else self._pools.get(name, now)
+        if pool is None or not pool.awake:
+            return False
+        if now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
+            return False
+        pool.asked += cost
+        return True
 
     def pool_of(self, name: str | None, now: float) -> Pool:
         """``name``'s pool, established on its ``establish``-th request within ``window``; else the newcomers'."""
