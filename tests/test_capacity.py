@@ -198,3 +198,35 @@ def test_invalid_configuration_names_the_field() -> None:
     with pytest.raises(ConfigError, match=r"capacity\.estimator"):
         LiveCapacity(object())  # type: ignore[arg-type]
     assert isinstance(Probes(), Probes)
+
+
+class Recording(Static):
+    """A fixed capacity that keeps the windows it was handed."""
+
+    def __init__(self, capacity: float) -> None:
+        super().__init__(capacity)
+        self.windows: list = []
+
+    def estimate(self, window):  # type: ignore[no-untyped-def]
+        self.windows.append(window)
+        return super().estimate(window)
+
+
+@pytest.mark.parametrize(("width", "current"), [(0.05, 200.0), (0.1, 200.0), (0.25, 220.0)])
+def test_the_windows_spans_are_seconds_whatever_the_probe_bucket_width(width: float, current: float) -> None:
+    """Delivered over the newest 0.5 s, current over 0.2 s (as many whole buckets as come nearest: one 0.25 s
+    bucket), whatever the width: 100/s for a second, 300/s for 0.3 s, 200/s for the last 0.2 s."""
+    estimator = Recording(1000.0)
+    h = LiveCapacity(estimator, initial=1000, min_samples=1, probes=Probes(width=width, buckets=80, now=0.0))
+    p = h.probes
+    t = 0.0
+    for rate, until in ((100.0, 1.0), (300.0, 1.3), (200.0, 1.5)):
+        while t < until - 1e-9:
+            p.admit(t)
+            p.complete(0.001, 200, t)
+            h.rate(t)
+            t += 1.0 / rate
+    h.rate(1.5 + 1e-6)  # closes the last bucket and summarises
+    window = estimator.windows[-1]
+    assert window.delivered == pytest.approx((0.3 * 300 + 0.2 * 200) / 0.5, rel=0.05)
+    assert window.current == pytest.approx(current, rel=0.05)

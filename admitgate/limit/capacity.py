@@ -18,6 +18,7 @@ has caught up with it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -26,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from ..core.errors import ConfigError, integer, non_negative, number, positive
 from ..core.settings import MAX_RATE, MIN_RATE
-from .estimators import HEALTHY, Estimator, Window
+from .estimators import CURRENT_SPAN, DELIVERY_SPAN, HEALTHY, RECENT_SPAN, Estimator, Window
 from .probes import Probes
 
 log = logging.getLogger("admitgate")
@@ -204,23 +205,25 @@ class LiveCapacity:
                 break
         if completed < self.min_samples:
             return None
-        newest5 = list(ring)[-5:]
-        newest = newest5[-3:]
-        busy = sum(b.busy for b in newest[-2:]) / len(newest[-2:])
-        admit_rate = sum(b.admitted for b in newest[-2:]) / (len(newest[-2:]) * width)
+        # The spans below are seconds, whatever the bucket width: as many of the newest buckets as cover them.
+        spans = {s: max(1, round(s / width)) for s in (DELIVERY_SPAN, CURRENT_SPAN, RECENT_SPAN)}
+        newest = list(itertools.islice(reversed(ring), max(spans.values())))  # newest first
+        delivery, current = newest[: spans[DELIVERY_SPAN]], newest[: spans[CURRENT_SPAN]]
+        busy = sum(b.busy for b in current) / len(current)
+        admit_rate = sum(b.admitted for b in current) / (len(current) * width)
         n = lat = 0.0
-        for bucket in reversed(newest):
+        for bucket in newest[: spans[RECENT_SPAN]]:
             n += bucket.completed
             lat += bucket.latency
             if n >= 10:
                 break
         recent = lat / n if n else latency / completed
-        delivered = sum(b.completed for b in newest5) / (len(newest5) * width)
+        delivered = sum(b.completed for b in delivery) / (len(delivery) * width)
         # Drops are a signal of now: a window widened over a few slow seconds must not keep an old outage's.
-        drops = sum(b.drops for b in newest5)
+        drops = sum(b.drops for b in delivery)
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
                       recent, admit_rate, shed > 0, self._rate, delivered,
-                      sum(b.completed for b in newest[-2:]) / (len(newest[-2:]) * width))  # fmt: skip
+                      sum(b.completed for b in current) / (len(current) * width))  # fmt: skip
 
     def _external(self, now: float) -> Callable[[float], float]:
         """Ask the external probes once; return what they do to a capacity (cap or replace it, less background)."""

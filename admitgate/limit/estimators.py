@@ -93,6 +93,8 @@ LITTLE_MIN_RATE = 50.0
 DELIVERY_SPAN = 0.5
 #: Seconds the current rate (``Window.current``) spans, and the least a queue must stand to be confirmed.
 CURRENT_SPAN = 0.2
+#: Seconds the recent latency (``Window.recent_latency``) looks back over at most.
+RECENT_SPAN = 0.3
 #: Seconds a queue must stand (beyond the first completions' allowance) with nothing at all served before the
 #: rate pauses: longer than a real server's event loop, busy with a herd's connections, stalls completions.
 PAUSE_AFTER = 0.3
