@@ -15,8 +15,10 @@ import redis
 import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Settings
+from admitgate.asgi.tenants import Tenancy, Tenants
 from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
-from admitgate.core.gate import Gate
+from admitgate.core.gate import Gate, Verdict
+from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.sim.herd import HerdResult, run_herd
 from admitgate.sim.http1 import Http1Client
 from admitgate.sim.serving import free_port
@@ -106,6 +108,32 @@ def test_a_replica_leases_its_share_and_falls_back_when_redis_is_gone(redis_serv
         assert not await budget.lease(now + 0.1)  # circuit open: not even tried
         assert await budget.lease(now + 0.3)  # half-open: tried, and back
         assert not budget.degraded
+        await budget.stop()
+
+    asyncio.run(run())
+
+
+def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) -> None:
+    """Tenants admit from their pools' buckets, not the root's: the lease must ask for their demand too, or
+    the replica is granted one token an interval (10/s) and its tenants share that."""
+
+    async def run() -> None:
+        gate = Gate(200, Settings(burst=20), now=time.monotonic())
+        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=time.monotonic())
+        budget = RedisBudget(redis_server.url, name="t6", timeout=0.5)
+        budget.attach(gate, 200.0)
+        scope = {"type": "http", "headers": [(b"x-api-key", b"k1")], "client": ("192.0.2.1", 4000)}
+        admitted = 0
+        for _ in range(8):  # 100 requests/s of one tenant for 0.8 s, a lease every 0.1 s
+            for _ in range(10):
+                now = time.monotonic()
+                taken = tenants.take(scope, 1.0, now)
+                decision = None if taken else tenants.admit(1.0, DEFAULT_CLASSES["default"], now, lambda: None, scope)
+                admitted += taken or (decision is not None and decision.verdict is Verdict.ADMIT and not decision.delay)
+                await asyncio.sleep(0.01)
+            assert await budget.lease(time.monotonic())
+        assert gate.pacer.rate >= 100.0  # its lease follows what the tenants asked (about twice 100/s)
+        assert admitted >= 60
         await budget.stop()
 
     asyncio.run(run())

@@ -441,13 +441,26 @@ def test_the_rate_limit_fields_show_a_tenants_entitlement_not_the_rate_its_retry
         ),
         min_size=1,
         max_size=400,
-    )
-)  # crowds, and lulls between
-def test_the_fast_path_agrees_with_admit(steps: list[tuple[float, str | None, int]]) -> None:
+    ),
+    st.sampled_from([10.0, 100.0]),
+)  # crowds and lulls; at 100/s steady traffic below the rate too
+def test_the_fast_path_agrees_with_admit(steps: list[tuple[float, str | None, int]], rate: float) -> None:
     """Tenants.take (the middleware's admit path with tenants) admits exactly what Tenants.admit would have
     admitted at once, and leaves the table as admit leaves it; anything else is left to admit. Clients are
     recognised (a rejected one holds a place), and the rates move as the shares are reallocated."""
-    one, two = table(rate=10.0, establish=2, interval=0.5), table(rate=10.0, establish=2, interval=0.5)
+    one, two = table(rate=rate, establish=2, interval=0.5), table(rate=rate, establish=2, interval=0.5)
+    _side_by_side(one, two, steps)
+
+
+def test_the_fast_path_agrees_with_admit_under_steady_traffic_below_the_rate() -> None:
+    """The fast path's own case: nobody is rejected, and reallocations come due between requests."""
+    one, two = table(rate=100.0, establish=1, interval=0.5), table(rate=100.0, establish=1, interval=0.5)
+    _side_by_side(one, two, [(0.013, "ab"[i % 2], 0) for i in range(300)])
+
+
+def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | None, int]]) -> None:
+    """Decide ``steps`` (seconds since the last, tenant, client) with admit on ``one`` and take-then-admit on
+    ``two`` (two identical tables): the same answers, and the same state after every step."""
     now = 0.0
     for step, name, client in steps:
         now += step
@@ -460,6 +473,15 @@ def test_the_fast_path_agrees_with_admit(steps: list[tuple[float, str | None, in
             assert (other.verdict, other.delay, other.retry_after) == (decision.verdict, decision.delay,
                                                                        decision.retry_after)  # fmt: skip
         assert _pool_state(one, name, now) == _pool_state(two, name, now)
+        assert (one.next_rebalance, one.root.delegated) == (two.next_rebalance, two.root.delegated)
+    for name in ("a", "b", "c"):
+        pools = [t._pools.get(name, now) for t in (one, two)]
+        assert (pools[0] is None) == (pools[1] is None)
+        if pools[0] is not None and pools[1] is not None:
+            assert pools[0].asked == pools[1].asked
+            assert pools[0].gate.pacer.taken == pools[1].gate.pacer.taken
+    assert one.newcomers.asked == two.newcomers.asked
+    assert one.newcomers.gate.pacer.taken == two.newcomers.gate.pacer.taken
 
 
 def _pool_state(tenants: Tenants, name: str | None, now: float) -> tuple[float, ...] | None:

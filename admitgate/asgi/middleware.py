@@ -240,8 +240,8 @@ class AdmitGate:
     def _decide(self, scope: Scope, rule: Rule, now: float) -> Decision:
         """The gate's (or the tenant pools') decision on a request the inlined fast path did not admit.
 
-        A plain method, not a coroutine: a request admitted here (every admitted one, with tenants) is
-        served without an await of its own; only a hold or a rejection goes on to :meth:`_settle`.
+        A plain method, not a coroutine: a request admitted here is served without an await of its own;
+        only a hold or a rejection goes on to :meth:`_settle`.
         """
         if self._sync is not None:
             self._sync.start()

@@ -262,9 +262,10 @@ class Tenants:
         pool = self.pool_of(self.name(scope), now)
         if not pool.awake:
             self._activate(pool, now)
-        stats = pool.gate.stats
-        early, overflow = stats.early, stats.overflow
+        stats, pacer = pool.gate.stats, pool.gate.pacer
+        early, overflow, seen = stats.early, stats.overflow, pacer.taken + pacer.asked
         decision = pool.gate.admit(cost, priority, now, identify)
+        root.delegated += pacer.taken + pacer.asked - seen
         if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
             pool.asked += cost
         if decision.verdict is Verdict.REJECT:
@@ -324,7 +325,8 @@ class Tenants:
     def take(self, scope: Scope, cost: float, now: float) -> bool:
         """:meth:`admit`'s answer for a plain request that its tenant's pool admits at once (a token free,
         nobody holding a place, no refresh or reallocation due), without the Decision: True when taken.
-        False for anything else, having changed nothing but the bucket's refill: :meth:`admit` decides it then.
+        False for anything else, having changed nothing :meth:`admit` would not (a refill, an expired pool
+        dropped): :meth:`admit` decides it then.
         This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
         if now >= self.root.next_refresh or now >= self.next_rebalance:
             return False
@@ -338,6 +340,7 @@ class Tenants:
         if now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
             return False
         pool.asked += cost
+        self.root.delegated += 1
         return True
 
     def pool_of(self, name: str | None, now: float) -> Pool:

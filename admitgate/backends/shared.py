@@ -207,10 +207,10 @@ class RedisBudget:
 
     def _demand(self) -> float:
         """Tokens per second this replica's requests asked for since the last lease: taken at once, asked to
-        reserve (granted or not), or charged (critical). A client told to come back later because its place
-        is not due asks for none."""
+        reserve (granted or not), or charged (critical), in the gate or in its tenants' pools. A client told
+        to come back later because its place is not due asks for none."""
         gate = self.gate
-        seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical
+        seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.delegated
         demand, self._seen = (seen - self._seen) / self.lease_interval, seen
         return demand
 

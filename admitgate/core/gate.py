@@ -199,6 +199,9 @@ class Gate:
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
         self.waiters = 0  #: requests held by pacing now
+        #: requests decided in gates this one's capacity is divided among (tenants' pools), taken at once or asked
+        #: to reserve, so far: a shared budget leases for them as for this gate's own
+        self.delegated = 0
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
