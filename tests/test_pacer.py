@@ -95,23 +95,6 @@ def test_a_reservation_comes_due_sooner_when_the_rate_rises_and_later_when_it_fa
     assert p.epoch == 0 and p.due_in(b, 0.06) == pytest.approx((2.0 - 0.7) / 15)  # refilled by 0.06 s: 0.5 + 0.2
 
 
-def test_a_reservation_may_reach_past_a_grant_and_comes_due_only_as_later_grants_refill() -> None:
-    """A shared budget's grant of 10/s until 0.3 s: a reservation whose token lies beyond it is taken (a
-    returning herd is held for the next grants instead of asking again every refresh), but its token exists
-    only once a later grant has refilled it: what is admitted never runs ahead of what was granted."""
-    p = TokenPacer(rate=100, burst=1, now=0.0, max_debt=100)  # (the debt floor scales with the rate: 10 at 10/s)
-    p.set_grant(10.0, 0.0, until=0.3)
-    assert p.try_take(1, 0.0)
-    places = [p.reserve(1, 0.0, max_wait=1.0) for _ in range(5)]  # due at 0.1 ... 0.5 s at 10/s
-    assert all(place is not None for place in places)
-    last = places[-1]
-    assert last is not None
-    assert p.due_in(last, 0.45) > 0  # the grant ended at 0.3 s: refilled to 3 tokens, the fifth is not there
-    p.set_grant(10.0, 0.45, until=0.75)  # the next lease (late): refill resumes from 0.45 s
-    assert p.due_in(last, 0.45) == pytest.approx(0.2)  # 2 tokens more at 10/s
-    assert p.due_in(last, 0.65) <= 1e-9
-
-
 def test_a_deep_cut_starts_an_epoch_and_forgives_the_debt_of_the_old_one() -> None:
     p = TokenPacer(100, 10, now=0.0, max_debt=150)
     for _ in range(60):  # 10 from the bucket, then 50 reserved ahead: half a second of promises at 100/s

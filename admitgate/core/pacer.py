@@ -99,7 +99,7 @@ class TokenPacer:
         A grant is a quantity, ``rate × (until − now)`` tokens: if the next grant comes late (a busy event
         loop), the refill stops at ``until`` instead of going on at a rate nobody granted. A grant moves with
         demand from one lease to the next; it is not a capacity that collapsed, so it starts no epoch:
-        reservations already made stand (their tokens are the grants'). A rate of 0 pauses the refill (a
+        reservations already made stand (their tokens were granted). A rate of 0 pauses the refill (a
         budget that grants nothing, or a fail-closed fallback).
         """
         tokens = self._refill(now)
@@ -155,15 +155,13 @@ class TokenPacer:
         Charges the bucket at once, so later callers queue behind this one, and returns the
         reservation's place on the refill axis: :meth:`due_in` tells how long until its tokens
         exist (0.0 or less: now). Returns None and charges nothing if the wait would exceed
-        ``max_wait`` or the debt floor. The wait may reach past a shared budget's grant: the tokens
-        are then those of the next grants (the refill stops at a grant's end, so they exist only once
-        granted), and a reservation the next grants come too slowly for is judged again when it is due.
+        ``max_wait``, the debt floor, or the end of a shared budget's grant.
         """
         self.asked += 1
         tokens = self._refill(now)
         missing = cost + keep - tokens
         wait = missing / self._rate if missing > 0 else 0.0
-        if wait > max_wait or tokens - cost < self._floor:
+        if wait > max_wait or tokens - cost < self._floor or now + wait > self._until:  # (beyond a grant: no)
             return None
         self._tokens = tokens - cost
         return self.refilled(now) + max(0.0, missing)
