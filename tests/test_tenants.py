@@ -524,3 +524,29 @@ def test_the_fast_path_leaves_a_request_to_admit_while_someone_in_its_pool_holds
     assert not tenants.take(scope("a"), 1.0, later)
     assert tenants.admit(1.0, DEFAULT, later, lambda: rejected, scope("a")).verdict is Verdict.ADMIT
     assert pool.gate.schedule.holders == 0  # its place given up: it got in early
+
+
+def test_every_request_a_pool_decides_is_counted_for_a_shared_budget() -> None:
+    """Gate.delegated (what a shared budget's lease adds to the root's own demand) counts what the pools' buckets
+    were asked, however the decision came: at once, paced, or a returner held for its place and let in when
+    its hold ended (which the root ends on the pool's behalf)."""
+    tenants = table(rate=100.0, establish=1)
+    root = tenants.root
+    seq = itertools.count()
+    events = [(0.001 * i, next(seq), i, None) for i in range(400)]  # 400 clients of one tenant at once: a herd
+    holds = 0
+    while events:
+        now, _, client, held = heapq.heappop(events)
+        if held is not None:
+            holds += 1
+            decision = root.end_hold(held, now)
+        else:
+            decision = tenants.admit(1.0, DEFAULT, now, lambda client=client: client, scope("a"))
+        assert decision is not None
+        if decision.delay:
+            heapq.heappush(events, (now + decision.delay, next(seq), client, decision))
+        elif decision.verdict is Verdict.REJECT:
+            heapq.heappush(events, (now + decision.retry_after, next(seq), client, None))
+    pools = [p for p in (tenants._pools.get("a", now), tenants.newcomers) if p is not None]
+    assert holds > 100
+    assert root.delegated == sum(p.gate.pacer.taken + p.gate.pacer.asked for p in pools)

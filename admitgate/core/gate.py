@@ -449,9 +449,11 @@ class Gate:
         """
         pool = decision.pool
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
-            overflow = pool.stats.overflow
+            overflow, pacer = pool.stats.overflow, pool.pacer
+            seen = pacer.taken + pacer.asked
             after = pool.end_hold(decision, now, gone)
             self.stats.overflow += pool.stats.overflow - overflow  # counted with this gate's, as pacing is
+            self.delegated += pacer.taken + pacer.asked - seen  # (a returner let in reserves its token now)
             return dataclasses.replace(after, pool=pool) if after is not None and after.delay else after
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
