@@ -230,3 +230,21 @@ def test_the_windows_spans_are_seconds_whatever_the_probe_bucket_width(width: fl
     window = estimator.windows[-1]
     assert window.delivered == pytest.approx((0.3 * 300 + 0.2 * 200) / 0.5, rel=0.05)
     assert window.current == pytest.approx(current, rel=0.05)
+
+
+@pytest.mark.parametrize("width", [0.1, 0.3, 1.0])
+def test_the_window_gives_drops_per_second_over_the_delivered_rates_span(width: float) -> None:
+    """100 completions a second of which 40 are 503s: 40 drops a second whatever the width (bdp takes them
+    off the delivered rate; a count over 0.6 s or 1 s read as over 0.5 s overstated them)."""
+    estimator = Recording(1000.0)
+    h = LiveCapacity(estimator, initial=1000, min_samples=1, probes=Probes(width=width, buckets=50, now=0.0))
+    p = h.probes
+    for i in range(300):  # 3 s at 100/s
+        t = i / 100
+        p.admit(t)
+        p.complete(0.001, 503 if i % 5 < 2 else 200, t)
+        h.rate(t)
+    h.rate(3.0 + 1e-6)
+    window = estimator.windows[-1]
+    assert window.delivered == pytest.approx(100.0, rel=0.05)
+    assert window.drop_rate == pytest.approx(40.0, rel=0.05)

@@ -218,12 +218,13 @@ class LiveCapacity:
             if n >= 10:
                 break
         recent = lat / n if n else latency / completed
-        delivered = sum(b.completed for b in delivery) / (len(delivery) * width)
+        seconds = len(delivery) * width  # (the span, in whole buckets; less while the ring is short)
+        delivered = sum(b.completed for b in delivery) / seconds
         # Drops are a signal of now: a window widened over a few slow seconds must not keep an old outage's.
         drops = sum(b.drops for b in delivery)
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
                       recent, admit_rate, shed > 0, self._rate, delivered,
-                      sum(b.completed for b in current) / (len(current) * width))  # fmt: skip
+                      sum(b.completed for b in current) / (len(current) * width), drops / seconds)  # fmt: skip
 
     def _external(self, now: float) -> Callable[[float], float]:
         """Ask the external probes once; return what they do to a capacity (cap or replace it, less background)."""

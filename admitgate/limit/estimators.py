@@ -63,6 +63,7 @@ class Window:
     rate: float  # the rate in force (what the gate admits at now)
     delivered: float | None = None  # completions per second over the newest 0.5 s (None: completion_rate)
     current: float | None = None  # completions per second over the newest 0.2 s (None: completion_rate)
+    drop_rate: float | None = None  # drops per second over the delivered rate's span (None: drops / 0.5 s)
 
 
 @runtime_checkable
@@ -335,7 +336,8 @@ class BandwidthDelay(_Measured):
         stood = w.now - self._over_since - min(base, DELIVERY_SPAN) if self._over else -1.0
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
         if w.drops:  # a 502/503/504 is answered, not served: no part of a capacity
-            sample = min(sample, max(0.0, delivered - w.drops / DELIVERY_SPAN))
+            dropped = w.drops / DELIVERY_SPAN if w.drop_rate is None else w.drop_rate
+            sample = min(sample, max(0.0, delivered - dropped))
         # A sample that says the service has all but stopped is believed only from the longer span: on a real
         # server a herd's first instants can stall completions for a few tenths of a second (the event loop is
         # busy with the herd's connections), and that is not an outage.
