@@ -162,6 +162,36 @@ def test_a_returning_client_is_held_until_its_place_and_then_admitted() -> None:
     assert g.schedule.place_of("a", 3.1) is None and g.stats.scheduled == 1
 
 
+class Draining(Rate):
+    """A live source draining a queue: it believes in ``capacity`` and sets the pacer lower for a while."""
+
+    def __init__(self, rate: float, capacity: float) -> None:
+        super().__init__(rate)
+        self.capacity = capacity
+
+
+def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_not_sent_away() -> None:
+    g = Gate(Draining(50.0, 200.0), Settings(burst=1, max_pacing_delay=1.0, max_waiters=0, growth=0.0), now=0.0)
+    admit(g, 0.0)
+    for i in range(200):
+        admit(g, 0.0, key=i)
+    g.max_waiters = 100
+    assert g.schedule.place_of(75, 0.0)[0] - g.schedule.head(0.0) == pytest.approx(75, abs=1)
+    held = admit(g, 0.0, key=75)  # 1.5 s away at the head's pace (50/s), 0.375 s at the promise (200/s)
+    assert held.verdict is Verdict.PACE and held.delay == pytest.approx(1.0)  # the whole window, at most
+    # At the window's end its place is 0.5 s away. Sent away, it would be back in a second (after its place
+    # was passed, its token unused); it is let in at its turn instead, within what the bucket refilled.
+    after = g.end_hold(held, 1.0)
+    assert after.verdict is Verdict.ADMIT
+    assert g.schedule.place_of(75, 1.0) is None and g.stats.scheduled == 1
+    # One 180 places out is held too (0.9 s at the promise), but at the window's end its place is still
+    # 2.6 s away (130 places at 50/s), past the lead: it is told to come back, and keeps its place.
+    far = admit(g, 1.0, key=179)
+    assert far.verdict is Verdict.PACE
+    again = g.end_hold(far, 2.0)
+    assert again.verdict is Verdict.REJECT and g.schedule.place_of(179, 2.0) is not None
+
+
 def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
     g = Gate(10, Settings(burst=1, max_pacing_delay=0.5, max_waiters=0), now=0.0)
     admit(g, 0.0)
