@@ -206,6 +206,24 @@ def test_bdp_does_not_take_a_herds_first_instants_for_the_capacity() -> None:
     assert e.state == "draining" and e.mu == 200.0
 
 
+def test_bdp_takes_no_capacity_from_the_catch_up_after_a_stall_at_a_herds_onset() -> None:
+    """On a real server a herd's connections keep the event loop busy: nothing completes for a few tenths
+    of a second, then the service catches up and delivers what was admitted. That queue says nothing of the
+    capacity: start-up goes on (it took 100/s, the initial rate, for the capacity of a 200/s service)."""
+    e = BandwidthDelay(seed=1)
+    e.estimate(window(now=1.0, rate=100.0, completion=20.0, busy=2.0, limiting=False))  # 20/s, baseline 0.1 s
+    for now in (1.1, 1.2, 1.3):  # the stall: nothing completes while in flight grows
+        assert e.estimate(window(now=now, rate=100.0, completion=0.0, busy=20.0)) == 100.0
+    # the catch-up: 100/s delivered (all that was admitted) with a queue still standing
+    assert e.estimate(window(now=1.45, rate=100.0, completion=100.0, busy=30.0)) == 100.0  # held, not confirmed
+    assert e.state == "starting" and e.growth == e.startup_gain
+    assert e.estimate(window(now=1.55, rate=100.0, completion=160.0, busy=12.0)) > 100.0  # queue gone: grows on
+    # a queue that stands past the stall while less comes out than goes in is a capacity, as ever
+    for now in (1.6, 1.7, 1.8, 1.9, 2.0):
+        e.estimate(window(now=now, rate=200.0, completion=150.0, busy=40.0))
+    assert e.state == "draining" and e.mu == 150.0
+
+
 def test_bdp_raises_mu_to_what_a_standing_queue_delivers_while_it_drains() -> None:
     e = BandwidthDelay(confirm=1, cruise=0, drain_time=1.0, seed=1)
     e.estimate(window(now=0.1))

@@ -266,6 +266,7 @@ class BandwidthDelay(_Measured):
         self._plateau_rate = 0.0  # and the delivered rate there
         self._over = 0  # consecutive windows over tolerance
         self._over_since = 0.0  # when the current run of windows over tolerance began
+        self._stalled_at = -math.inf  # the last window of that run in which nothing at all was delivered
         self._samples: deque[tuple[float, float]] = deque()  # (time, delivered) while a queue stands in a drain
         self._reprobe_at: float | None = None  # next baseline re-measurement
         self._quiet_until = 0.0  # end of the current re-measurement
@@ -323,8 +324,10 @@ class BandwidthDelay(_Measured):
         queued = w.busy - expected
         over = queued > self.tolerance * expected + 1 or w.drops > 0
         if over and not self._over:
-            self._over_since = w.now
+            self._over_since, self._stalled_at = w.now, -math.inf
         self._over = self._over + 1 if over else 0
+        if over and current <= 0:
+            self._stalled_at = w.now  # nothing at all delivered in the newest 0.2 s: a stall, or an outage
         # While demand is below the rate, a short queue is a burst of arrivals, and what is delivered is
         # the demand, not the capacity: act only on a queue that lasts three times as long. And what is
         # delivered measures the capacity only over a span the queue stood through, plus a latency for the
@@ -334,6 +337,14 @@ class BandwidthDelay(_Measured):
         # baseline is seconds long would otherwise be confirmed seconds late.) Drops are no shortcut: a
         # 503 at a herd's onset says nothing of a capacity measured over the idle time before it.
         stood = w.now - self._over_since - min(base, DELIVERY_SPAN) if self._over else -1.0
+        # Once the service delivers again after a stall (a real server's event loop, busy with a herd's
+        # connections, delivers nothing for a few tenths of a second, then catches up), what it delivers is
+        # a capacity only over a span after the stall: a span across it averages the stall in, and the catch-
+        # up delivers what was admitted, which ended start-up at the rate offered (a real herd's onset: μ
+        # taken for 100/s, the initial rate, where the service could do 200). (While nothing is delivered,
+        # the queue's age is what tells an outage.)
+        if current > 0:
+            stood = min(stood, w.now - self._stalled_at)
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
         if w.drops:  # a 502/503/504 is answered, not served: no part of a capacity
             dropped = w.drops / DELIVERY_SPAN if w.drop_rate is None else w.drop_rate
