@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -222,6 +223,22 @@ def test_bdp_takes_no_capacity_from_the_catch_up_after_a_stall_at_a_herds_onset(
     for now in (1.6, 1.7, 1.8, 1.9, 2.0):
         e.estimate(window(now=now, rate=200.0, completion=150.0, busy=40.0))
     assert e.state == "draining" and e.mu == 150.0
+
+
+def test_bdp_confirms_the_queue_of_a_saturated_service_that_stalls_again_and_again() -> None:
+    """A stall puts off a confirmation from what is delivered after it, not for ever: a saturated service
+    whose event loop stalls in every other window has its queue confirmed in a stall, by the 0.5 s rate."""
+    e = BandwidthDelay(seed=1)
+    e.estimate(window(now=1.0, rate=100.0, completion=20.0, busy=2.0, limiting=False))  # 20/s, baseline 0.1 s
+    now = 1.0
+    for i in range(12):  # 200/s offered, 150/s delivered over 0.5 s, but nothing at all in every other 0.2 s
+        now = round(now + 0.1, 1)
+        w = window(now=now, rate=200.0, completion=150.0, busy=60.0)
+        e.estimate(dataclasses.replace(w, delivered=150.0, current=300.0 if i % 2 else 0.0))
+        if e.state == "draining":
+            break
+    assert e.state == "draining" and e.mu == 150.0
+    assert now <= 1.1 + 0.1 + 0.5  # over from 1.1: a latency, then the 0.5 s span
 
 
 def test_bdp_raises_mu_to_what_a_standing_queue_delivers_while_it_drains() -> None:

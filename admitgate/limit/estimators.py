@@ -341,8 +341,9 @@ class BandwidthDelay(_Measured):
         # connections, delivers nothing for a few tenths of a second, then catches up), what it delivers is
         # a capacity only over a span after the stall: a span across it averages the stall in, and the catch-
         # up delivers what was admitted, which ended start-up at the rate offered (a real herd's onset: μ
-        # taken for 100/s, the initial rate, where the service could do 200). (While nothing is delivered,
-        # the queue's age is what tells an outage.)
+        # taken for 100/s, the initial rate, where the service could do 200). While nothing is delivered, the
+        # queue's whole age counts (it tells an outage, and a service that stalls again and again has its queue
+        # confirmed in a stall by what it delivered over the longer span).
         if current > 0:
             stood = min(stood, w.now - self._stalled_at)
         sample = delivered if stood >= DELIVERY_SPAN else max(current, delivered) if stood >= CURRENT_SPAN else 0.0
