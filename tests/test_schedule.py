@@ -50,6 +50,15 @@ def test_release_of_a_place_ahead_shortens_the_queue_behind_it() -> None:
     assert s.horizon(0.0) == 4.0
 
 
+def test_a_release_ahead_brings_every_waiting_place_one_place_closer_and_no_two_share_a_place() -> None:
+    s = Schedule(1.0)
+    places = [s.take(1.0, 0.0, start=1.0) for _ in range(4)]
+    before = s.due_in(places[3], 0.5)
+    s.release(places[1], 1.0, 0.5)  # the client of the second place got in early, from the bucket's surplus
+    assert s.due_in(places[3], 0.5) == pytest.approx(before - 1.0)  # the head skips the hole it leaves
+    assert s.take(1.0, 0.5) >= places[3] + 1.0  # a new place goes behind every place still held
+
+
 def test_jitter_draws_a_place_uniformly_over_the_backlog() -> None:
     s = Schedule(10.0, placement="jitter", uniform=lambda a, b: b)
     last = [s.take(1.0, 0.0, start=1.0) for _ in range(10)][-1]

@@ -119,10 +119,13 @@ class Schedule:
         return position
 
     def release(self, position: float, cost: float, now: float) -> None:
-        """A client got in before its position was due: the queue behind it is one place shorter."""
+        """A client got in before its position was due (a free token in the bucket): the head skips the hole
+        it leaves, so every waiting place comes due ``cost`` sooner. (Shortening the tail instead left the
+        hole in front of those already waiting: the head crossed it with nobody due and the bucket filled
+        up unused, and a new place could land on one still held.)"""
         head = self.head(now)
         if position > head:
-            self._tail = max(head, self._tail - cost)
+            self._head, self._at = min(head + cost, self._tail), now
 
     # -- the book ---------------------------------------------------------------------------
     @property
