@@ -255,6 +255,24 @@ def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_
     assert max(told) <= 5  # not 1000 s: 1,000 places at the peak of ~200/s, less the lead
 
 
+def test_the_peak_an_outage_is_waited_out_at_does_not_fade_while_the_outage_lasts() -> None:
+    h = Rate(200.0)
+    g = Gate(h, Settings(burst=20, max_pacing_delay=1.5, max_waiters=0, growth=0.0), now=0.0)
+    warm(g, 2)
+    peak = g._peak
+    h.value = 1.0  # an outage, 10 s long so far
+    for i in range(100):
+        g.refresh(2.1 + i / 10)
+    told = [admit(g, 12.0, key=i).retry_after for i in range(2000)]
+    # the capacity before the outage is the best guess for after it (faded over 10 s, ~40 % more: 14, not 10)
+    assert max(told) == math.ceil(2000 / peak - g.lead)
+    for i in range(300):  # 30 s more: a collapse that lasts is believed at last, and the peak fades
+        g.refresh(12.1 + i / 10)
+    g.pacer.try_take(g.pacer.tokens(42.0), 42.0)  # others take what the bucket refilled
+    work = g.schedule.backlog(42.0)
+    assert admit(g, 42.0, key="late").retry_after > math.ceil(work / peak - g.lead)  # later than at the peak
+
+
 def test_the_cap_never_hands_one_value_to_a_crowd(caplog) -> None:
     g = Gate(10, Settings(burst=1, max_pacing_delay=0, max_retry_after=10), now=0.0)
     admit(g, 0.0)

@@ -60,7 +60,9 @@ EARLY_SLACK = 0.1
 DUE_SLACK = 1e-6
 #: H below this share of its recent peak has collapsed (an outage): the forecast expects the peak back.
 COLLAPSE = 0.25
-#: The recent peak of H decays with this time constant, seconds.
+#: The recent peak of H decays with this time constant, seconds; not for the first PEAK_MEMORY s of a collapse
+#: (the capacity before an outage is the best guess for after it: decaying it told clients waiting out a 10 s
+#: outage to come back 30 % late).
 PEAK_MEMORY = 30.0
 
 Identify = Callable[[], "Hashable | None"]
@@ -207,6 +209,7 @@ class Gate:
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
         self._overflowing = False
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
+        self._calm_at = now  # the last refresh at which H had not collapsed
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self.next_refresh = now
         self.refresh(now)
@@ -237,7 +240,11 @@ class Gate:
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
             self._promise = self.headroom(now)
-        self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
+        collapsed = self._promise < COLLAPSE * self._peak
+        if not collapsed:
+            self._calm_at = now
+        if not collapsed or now - self._calm_at >= PEAK_MEMORY:  # (see PEAK_MEMORY)
+            self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
         self._peak_at = now
         if self._overflowing and self.schedule.horizon(now) < self._cap:
             self._overflowing = False  # the episode is over: log the next one again
