@@ -398,6 +398,8 @@ class Gate:
                 return self._pace(self.refresh_interval, key, cost, keep, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
         schedule.forget(key, now)
+        if schedule.due_in(place[0], now) > DUE_SLACK:  # in before the head got there: as in admit()
+            schedule.release(place[0], place[1], now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
         return self._pace(wait, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
