@@ -92,6 +92,27 @@ def test_a_client_gone_while_paced_gives_its_token_back() -> None:
     assert admit(g, 0.05).delay == pytest.approx(0.05)  # first in the queue again
 
 
+def test_clients_gone_while_paced_ahead_of_others_leave_their_tokens_unused_not_shared() -> None:
+    """A token handed back while reservations stand behind it would be reserved again at a place one of them
+    holds (the bucket's count says one more is free, their places on the refill axis do not move): two
+    requests would go in on one token. Only the newest reservation gives its token back."""
+    g = Gate(10, Settings(burst=1, max_pacing_delay=1), now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0) for _ in range(10)]  # tokens due at 0.1, 0.2, ... 1.0
+    assert [d.verdict for d in held] == [Verdict.PACE] * 10
+    for d in held[:5]:  # the first five go away at once
+        assert g.end_hold(d, 0.05, gone=True) is None
+    late = [admit(g, 0.05) for _ in range(5)]
+    ends = sorted([d.delay for d in held[5:]] + [0.05 + d.delay for d in late if d.verdict is Verdict.PACE])
+    for i, end in enumerate(ends):  # whatever went in, at most rate·t + burst over every interval
+        for j in range(i, len(ends)):
+            assert j - i + 1 <= 10 * (ends[j] - end) + 1 + 1e-9
+    newest = admit(g, 0.5)  # nobody stands behind the newest reservation: its token does come back
+    tokens = g.pacer.tokens(0.5)
+    assert newest.verdict is Verdict.PACE and g.end_hold(newest, 0.5, gone=True) is None
+    assert g.pacer.tokens(0.5) == pytest.approx(tokens + 1)
+
+
 def test_retry_after_leads_the_place_by_up_to_one_second() -> None:
     g = Gate(10, Settings(burst=1, max_pacing_delay=0), now=0.0)
     admit(g, 0.0)

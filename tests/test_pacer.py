@@ -120,11 +120,15 @@ def test_reserve_respects_the_debt_floor() -> None:
 
 def test_refund_and_charge() -> None:
     p = TokenPacer(rate=10, burst=2, now=0.0, max_debt=3)
-    p.reserve(2, 0.0, 1.0)
-    p.refund(2, 0.0)
-    assert p.tokens(0.0) == 2.0
-    p.refund(5, 0.0)
-    assert p.tokens(0.0) == 2.0  # never above burst
+    first = p.reserve(2, 0.0, 1.0)
+    newest = p.reserve(2, 0.0, 1.0)
+    assert first is not None and newest is not None
+    assert not p.refund(2, 0.0, first) and p.tokens(0.0) == -2.0  # a reservation stands behind it: not given
+    assert p.refund(2, 0.0, newest) and p.tokens(0.0) == 0.0
+    again = p.reserve(2, 0.0, 1.0)
+    assert again == newest  # the place given back is the next one reserved
+    p.set_burst(1, 0.3)  # (refilled to 1 by 0.3)
+    assert again is not None and p.refund(2, 0.3, again) and p.tokens(0.3) == 1.0  # never above burst
     for _ in range(10):
         p.charge(1, 0.0)
     assert p.tokens(0.0) == -3.0  # never below the floor

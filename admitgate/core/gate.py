@@ -460,7 +460,8 @@ class Gate:
         token exists or its place in the schedule is due. If the rate or H fell while it was held, it
         reserves again (or waits on for its place) while its total hold stays within
         ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
-        place kept. None if the client went away (a token of the current epoch is refunded).
+        place kept. None if the client went away (its token, of the current epoch and reserved last, is
+        refunded).
         """
         pool = decision.pool
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
@@ -479,7 +480,7 @@ class Gate:
         if gone:
             self.stats.abandoned += 1
             if token is not None and current:
-                pacer.refund(decision.cost, now)
+                pacer.refund(decision.cost, now, token)
             return None
         if token is None:  # a returning client held for its place
             assert decision.key is not None and decision.place is not None

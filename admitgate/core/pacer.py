@@ -42,8 +42,8 @@ class TokenPacer:
     admitted in any interval of length t is at most ``rate*t + burst``.
     """
 
-    __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_rate", "_tokens", "_until", "_updated",
-                 "asked", "epoch", "taken")  # fmt: skip
+    __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_newest", "_rate", "_tokens", "_until",
+                 "_updated", "asked", "epoch", "taken")  # fmt: skip
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -54,6 +54,7 @@ class TokenPacer:
         self._updated = now
         self._axis, self._axis_at = 0.0, now  # the refill axis: tokens refilled by _axis_at
         self._until = math.inf  # the refill stops here (a shared budget's grant runs out)
+        self._newest: float | None = None  # the place of the reservation made last, while nobody stands behind it
         self.epoch = 0  #: deep rate cuts so far: reservations of an earlier epoch must reserve again
         self._epoch_rate = self._rate  # the highest rate since the epoch began
         self.taken = 0  #: successful try_take calls (admissions at once)
@@ -86,6 +87,7 @@ class TokenPacer:
         self._until = math.inf
         if rate < self._epoch_rate * EPOCH_CUT:
             self.epoch += 1
+            self._newest = None
             self._tokens = max(tokens, 0.0)
             self._epoch_rate = rate
         elif rate > self._epoch_rate:
@@ -164,7 +166,8 @@ class TokenPacer:
         if wait > max_wait or tokens - cost < self._floor or now + wait > self._until:  # (beyond a grant: no)
             return None
         self._tokens = tokens - cost
-        return self.refilled(now) + max(0.0, missing)
+        self._newest = place = self.refilled(now) + max(0.0, missing)
+        return place
 
     def refilled(self, now: float) -> float:
         """Tokens the bucket has been refilled with by ``now`` (uncapped): the axis reservations stand on."""
@@ -178,9 +181,18 @@ class TokenPacer:
         """Take ``cost`` unconditionally (critical traffic), never below the debt floor."""
         self._tokens = max(self._floor, self._refill(now) - cost)
 
-    def refund(self, cost: float, now: float) -> None:
-        """Give back ``cost`` tokens of a reservation of this epoch that was not used."""
+    def refund(self, cost: float, now: float, place: float) -> bool:
+        """Give back the ``cost`` tokens of the reservation at ``place`` (this epoch's), not used; True if given.
+
+        Only the newest reservation's tokens come back. Behind an older one, later reservations hold their
+        places on the refill axis: tokens given back would be reserved again at one of those places, and two
+        requests would go in on one token. Its tokens go unused instead (once), as a real bucket's would.
+        """
+        if place != self._newest:
+            return False
+        self._newest = None  # (the one before it is not known: nothing more comes back until the next)
         self._tokens = min(self._burst, self._refill(now) + cost)
+        return True
 
     def __repr__(self) -> str:
         state = f"tokens={self._tokens:.3f}@{self._updated:.3f}"
