@@ -213,22 +213,6 @@ def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_no
     assert again.verdict is Verdict.REJECT and g.schedule.place_of(179, 2.0) is not None
 
 
-def test_a_returner_let_in_before_its_place_is_due_shortens_the_queue_behind_it() -> None:
-    """Let in at the end of its window, its place not yet due, a returner took its token before the head got
-    there: like one that found a free token on its way back, the queue behind it is one place shorter (else
-    the head later passes an empty place, and the next client rejected is placed a place too late)."""
-    g = Gate(Draining(50.0, 200.0), Settings(burst=1, max_pacing_delay=1.0, max_waiters=0, growth=0.0), now=0.0)
-    admit(g, 0.0)
-    for i in range(200):
-        admit(g, 0.0, key=i)
-    g.max_waiters = 100
-    held = admit(g, 0.0, key=75)
-    place, backlog = g.schedule.place_of(75, 0.0), g.schedule.backlog(1.0)
-    after = g.end_hold(held, 1.0)
-    assert after.verdict is Verdict.ADMIT and g.schedule.due_in(place[0], 1.0) == pytest.approx(0.5, abs=0.05)
-    assert g.schedule.backlog(1.0) == pytest.approx(backlog - 1)
-
-
 def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
     g = Gate(10, Settings(burst=1, max_pacing_delay=0.5, max_waiters=0), now=0.0)
     admit(g, 0.0)

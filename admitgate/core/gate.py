@@ -397,9 +397,9 @@ class Gate:
             if left > self.refresh_interval and self.waiters < self.max_waiters:
                 return self._pace(self.refresh_interval, key, cost, keep, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
+        # (A place not yet due stays where it is: its token was reserved out of H's budget, which the head pays
+        # back when it crosses the place. Released, the head skipped ahead of H and starved new arrivals.)
         schedule.forget(key, now)
-        if schedule.due_in(place[0], now) > DUE_SLACK:  # in before the head got there: as in admit()
-            schedule.release(place[0], place[1], now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
         return self._pace(wait, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
