@@ -365,8 +365,9 @@ class Gate:
         Near means due within what is left of the pacing window, at the head's pace or at the promised H:
         while a live estimator drains a queue the head slows down for a moment, and a client held
         through it is in when the pace comes back, where one sent away would come back a second late.
-        A client held through its whole window whose place is due within the lead is let in at its turn
-        (its token, or paced for it): told to come back, it would return after its place was passed.
+        A client that was held and cannot be held on (its window is spent, or no waiter slot is free) whose
+        place is due within the lead is let in now, ahead of its place (its token, or paced for it): told to
+        come back, it would return after its place was passed.
         """
         schedule = self.schedule
         due = schedule.due_in(place[0], now)
@@ -377,7 +378,7 @@ class Gate:
         if soon <= left and self.waiters < self.max_waiters:
             return self._pace(min(due, left), key, cost, keep, place, None, since)
         if now > since and due <= self.lead:
-            # Held through its window and due within the lead: told to come back (1 s at least), it would
+            # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the token the head hands it would go unused.
             return self._turn(key, place, cost, keep, now, since)
         return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)

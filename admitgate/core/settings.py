@@ -46,7 +46,8 @@ class Settings:
     """How the gate admits, paces and rejects. Times in seconds, rates in requests/s.
 
     ``burst``: tokens admitted at once from idle, at least 1 (None: a tenth of the rate, at least 1).
-    ``max_pacing_delay``: the longest a request is held for its token (0 disables pacing).
+    ``max_pacing_delay``: the longest a request is held for its token (0 disables pacing); a returning client
+    may be held as long again for its place in the retry schedule first.
     ``max_waiters``: most requests held at once (None: two pacing windows at the initial rate, at least 1000).
     ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog, or over
     ``spread_window`` seconds of H). ``max_retry_after``: the longest Retry-After promised; places beyond
