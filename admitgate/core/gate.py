@@ -379,7 +379,7 @@ class Gate:
             return self._pace(min(due, left), key, cost, keep, place, None, since)
         if now > since and due <= self.lead:
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
-            # return after its place was passed, and the token the head hands it would go unused.
+            # return after its place was passed, and the share of H its place stands for would go unused.
             return self._turn(key, place, cost, keep, now, since)
         return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
 
