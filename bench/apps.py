@@ -127,11 +127,16 @@ def admitgate_redis() -> Starlette:
 
 
 def fleet_replica() -> Starlette:
-    """One replica of a fleet sharing ``FLEET_RATE``/s through ``REDIS_URL``, on the gate's defaults."""
+    """One replica of a fleet sharing ``FLEET_RATE``/s through ``REDIS_URL``, on the gate's defaults; with
+    ``FLEET_TENANTS=1``, tenants keyed by the ``x-api-key`` header."""
     import os
 
+    from admitgate import Tenancy
+
+    tenants = Tenancy(key="header:x-api-key") if os.environ.get("FLEET_TENANTS") == "1" else None
     app = _app()
-    app.add_middleware(AdmitGate, rate=float(os.environ["FLEET_RATE"]), backend=os.environ["REDIS_URL"])
+    app.add_middleware(AdmitGate, rate=float(os.environ["FLEET_RATE"]), backend=os.environ["REDIS_URL"],
+                       tenants=tenants)  # fmt: skip
     return app
 
 

@@ -1,13 +1,14 @@
 """Fleet herd benchmark: one retry schedule for four replicas that share a budget in Redis.
 
-    python bench/fleet_herd.py [--clients 5000] [--rate 400] [--rounds 3] [--json]
+    python bench/fleet_herd.py [--clients 5000] [--rate 400] [--rounds 3] [--tenant] [--json]
 
 Four uvicorn replicas (``bench/apps.py:fleet_replica``, the gate's defaults, ``rate`` = the fleet's
 capacity, ``backend`` = a throwaway redis-server) run on core 0; a herd of ``--clients`` obeying
 clients, split 70/10/10/10 over the replicas (each client keeps to its replica, on its own keep-alive
 connection), is released at once from core 1. Reported per round and as medians: the drain time
 against M/H_fleet, the largest Retry-After against M/H_fleet, the most clients told to come back
-within one second, and 5xx. Loopback only; each run is bounded by --deadline seconds.
+within one second, and 5xx. ``--tenant``: the replicas have tenants (keyed by ``x-api-key``) and the whole
+herd is one tenant's. Loopback only; each run is bounded by --deadline seconds.
 """
 
 from __future__ import annotations
@@ -80,11 +81,12 @@ def fleet(
             server.wait(10)
 
 
-def one_round(clients: int, rate: float, deadline: float) -> dict:
-    with fleet(rate) as bases:
+def one_round(clients: int, rate: float, deadline: float, tenant: bool = False) -> dict:
+    env, headers = ({"FLEET_TENANTS": "1"}, {"x-api-key": "big"}) if tenant else (None, None)
+    with fleet(rate, env=env) as bases:
         time.sleep(1.0)  # leases and membership settle
         result = asyncio.run(run_herd(bases, clients, split=SPLIT, path="/", background_rate=0, warmup=0.5,
-                                      deadline=deadline))  # fmt: skip
+                                      deadline=deadline, headers=headers))  # fmt: skip
     summary = summarise(result, rate)
     bound = clients / rate
     summary["retry_after_max_ratio"] = round((summary["retry_after_max"] or 0) / bound, 3)
@@ -94,7 +96,7 @@ def one_round(clients: int, rate: float, deadline: float) -> dict:
 KEYS = ["drain_ratio", "retry_after_max_ratio", "retry_after_max", "promised_peak_per_s", "server_5xx", "attempts"]
 
 
-def main(clients: int, rate: float, rounds: int, deadline: float) -> dict:
+def main(clients: int, rate: float, rounds: int, deadline: float, tenant: bool = False) -> dict:
     pin(1)
     try:
         import uvloop
@@ -102,8 +104,8 @@ def main(clients: int, rate: float, rounds: int, deadline: float) -> dict:
         uvloop.install()
     except ImportError:
         pass
-    runs = [one_round(clients, rate, deadline) for _ in range(rounds)]
-    return {"clients": clients, "fleet_rate": rate, "split": SPLIT, "bound_s": clients / rate,
+    runs = [one_round(clients, rate, deadline, tenant) for _ in range(rounds)]
+    return {"clients": clients, "fleet_rate": rate, "split": SPLIT, "tenant": tenant, "bound_s": clients / rate,
             "median": {k: statistics.median(r[k] for r in runs) for k in KEYS},
             "runs": [{k: r[k] for k in KEYS} for r in runs]}  # fmt: skip
 
@@ -114,9 +116,10 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=400.0, help="the fleet's capacity, requests/s")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=90.0)
+    parser.add_argument("--tenant", action="store_true", help="tenants on; the whole herd in one tenant")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out = main(args.clients, args.rate, args.rounds, args.deadline)
+    out = main(args.clients, args.rate, args.rounds, args.deadline, args.tenant)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -139,6 +139,75 @@ def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) ->
     asyncio.run(run())
 
 
+BIG = {"type": "http", "headers": [(b"x-api-key", b"big")], "client": ("192.0.2.1", 4000)}
+
+
+def tenant_replica(url: str, name: str) -> tuple[Gate, Tenants, RedisBudget]:
+    """A replica's gate (200/s for the fleet) with tenants keyed by ``x-api-key``, leasing from ``url``."""
+    now = time.monotonic()
+    gate = Gate(200, Settings(burst=20), now=now)
+    tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=now)
+    budget = RedisBudget(url, name=name, timeout=0.5)
+    budget.attach(gate, 200.0)
+    return gate, tenants, budget
+
+
+def herd_in_tenant(tenants: Tenants, clients: int) -> list[int]:
+    """``clients`` distinct clients of tenant ``big`` at once; the Retry-After each rejected one is told."""
+    told = []
+    for i in range(clients):
+        now = time.monotonic()
+        if not tenants.take(BIG, 1.0, now):
+            decision = tenants.admit(1.0, DEFAULT_CLASSES["default"], now, lambda i=i: f"client-{i}", BIG)
+            if decision.verdict is Verdict.REJECT:
+                told.append(decision.retry_after)
+    return told
+
+
+def test_a_replica_with_tenants_leases_for_its_pools_backlog_and_the_fleet_counts_it(redis_server) -> None:
+    """A herd held in a tenant's pool is this replica's backlog: once its clients wait out their Retry-After
+    (nobody asks), the lease still asks for its share of the fleet's H for them, and publishes them, so the
+    other replicas count them. Leased by recent demand alone, it was granted 10/s between the waves."""
+
+    async def run() -> None:
+        gate, tenants, budget = tenant_replica(redis_server.url, "t8")
+        other = RedisBudget(redis_server.url, name="t8", timeout=0.5)
+        other.attach(Gate(200, Settings(burst=20), now=time.monotonic()), 200.0)
+        assert await budget.lease(time.monotonic()) and await other.lease(time.monotonic())
+        herd_in_tenant(tenants, 1000)
+        held = sum(pool.schedule.holders for pool in tenants.gates(time.monotonic()))
+        assert held >= 500 and gate.schedule.holders == 0  # (held in the pool, not in the root's schedule)
+        for _ in range(3):  # the herd waits out its Retry-After: nobody asks
+            await asyncio.sleep(0.1)
+            assert await budget.lease(time.monotonic()) and await other.lease(time.monotonic())
+        assert budget._backlog == held
+        assert other.fleet_backlog >= held  # the other replica counts them
+        assert gate.pacer.rate >= 100.0  # its share of the fleet's 200/s, not one token an interval
+        await budget.stop()
+        await other.stop()
+
+    asyncio.run(run())
+
+
+def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleets_h_not_its_lease(redis_server) -> None:
+    """An idle replica's lease is 10/s (it follows what the replica admitted lately). Its tenants divide the
+    lease, but their clients must be told Retry-After by the replica's share of the fleet's H: told by the
+    lease, 1,000 clients were told up to 99 s where 5 s at the fleet's 200/s does."""
+
+    async def run() -> None:
+        gate, tenants, budget = tenant_replica(redis_server.url, "t9")
+        for _ in range(7):  # idle for 0.7 s: leased one token an interval, and the shares reallocated
+            assert await budget.lease(time.monotonic())
+            await asyncio.sleep(0.1)
+        assert gate.pacer.rate <= 20.0
+        told = herd_in_tenant(tenants, 1000)
+        assert len(told) >= 500
+        assert max(told) <= 1.5 * 1000 / 200  # M / H at the fleet's H; by the lease it was 99 s
+        await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)

@@ -241,6 +241,7 @@ class Tenants:
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
         self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
+        self._told = self._available  # what Retry-After is told by (see rebalance), as of the last reallocation
         self._critical = root.stats.critical
         self._last = now
         self.next_rebalance = now + tenancy.interval
@@ -248,6 +249,7 @@ class Tenants:
         #: pools whose rate was above what they use at the last reallocation, most to spare last (a waking
         #: pool takes back from them); at first the newcomers' pool, which holds all of the capacity
         self._spare: list[Pool] = [self.newcomers]
+        root.pools = self.gates  # (a shared budget leases for the pools' schedules and new requests)
 
     # -- decisions ------------------------------------------------------------------------
     def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
@@ -286,7 +288,7 @@ class Tenants:
             self._reclaim(pool, entitlement - max(0.0, self._available - self._assigned), now)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
-        promise = self._available - self._used  # (what the others use stands: it may have the rest)
+        promise = self._told - self._used  # (what the others use stands: it may have the rest)
         pool.use = entitlement
         self._used += entitlement
         pool.set_share(rate, entitlement, self._burst(rate), now, promise)
@@ -386,7 +388,7 @@ class Tenants:
         return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
 
     def gates(self, now: float) -> list[Gate]:
-        """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape)."""
+        """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape and a shared budget's lease)."""
         return [pool.gate for pool in (*self._pools.live(now), self.newcomers)]
 
     def pools(self, now: float) -> list[Pool]:
@@ -410,6 +412,10 @@ class Tenants:
         critical = (root.stats.critical - self._critical) / elapsed
         self._critical = root.stats.critical
         available = self._available = max(mu - critical, mu * MIN_SHARE)
+        # With a shared budget μ is this replica's lease, which follows what it admitted lately (an idle
+        # replica's is 10/s); its clients are told by its share of the fleet's H. Told by the lease, a herd
+        # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
+        told = self._told = max(available, root.promise - critical) if root.backend is not None else available
         pools = self.pools(now)
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
@@ -456,7 +462,7 @@ class Tenants:
                 self._assigned += rate
                 pool.use = uses[index]
                 pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now,
-                               available - (used - uses[index]))  # fmt: skip
+                               told - (used - uses[index]))  # fmt: skip
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))

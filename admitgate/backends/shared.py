@@ -223,9 +223,10 @@ class RedisBudget:
         # What the next interval will ask for: the recent demand, or what this replica's share of the fleet's
         # schedule will bring back plus its new arrivals, whichever is more (a herd's returners come at their
         # places, not at the rate they were turned away).
-        share = self.headroom(gate.schedule.holders) if gate.schedule.holders else None
+        at = self.clock()
+        backlog, new = gate.backlog(at)  # (its tenants' pools' included)
+        share = self.headroom(backlog) if backlog else None
         if share is not None:  # its share of the fleet's schedule, and its new arrivals
-            new = gate.new_rate()
             want = (share + new + math.sqrt(new)) * self.lease_interval
         else:
             want = max(1.0, demand * self.lease_interval * self.lease_margin)
@@ -236,13 +237,11 @@ class RedisBudget:
             last = probes.ring[-1]
             summary += f" completed={last.completed} latency={last.latency / max(1, last.completed):.6g}"
         pacer = gate.pacer
-        at = self.clock()
-        backlog = gate.schedule.holders
         # The last grant went on refilling past its interval while this lease was late (a busy event loop):
         # what it refilled beyond the grant is owed to the shared bucket.
         overdraft = self._grant_rate * max(0.0, min(at, self._grant_until) - self._grant_at - self.lease_interval)
         args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval, backlog,
-                gate.new_rate(), overdraft]  # fmt: skip
+                new, overdraft]  # fmt: skip
         try:
             self.round_trips += 1
             reply = await asyncio.wait_for(self._script(keys=self.keys, args=args), self.timeout)

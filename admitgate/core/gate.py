@@ -35,7 +35,7 @@ import logging
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -131,6 +131,10 @@ class GateStats:
         return sum(self.pacing.counts)
 
 
+def _no_pools(now: float) -> tuple[()]:
+    return ()
+
+
 class NewRate:
     """λ_new in requests/s: the median of the last ``seconds`` whole-second counts of new requests.
 
@@ -204,6 +208,9 @@ class Gate:
         #: requests decided in gates this one's capacity is divided among (tenants' pools), taken at once or asked
         #: to reserve, so far: a shared budget leases for them as for this gate's own
         self.delegated = 0
+        #: the gates this one's capacity is divided among, live at ``now`` (tenants' pools; none by default):
+        #: their retry schedules and new requests are this replica's too, for a shared budget
+        self.pools: Callable[[float], Iterable[Gate]] = _no_pools
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -231,7 +238,7 @@ class Gate:
         shared = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
-            shared = backend.headroom(self.schedule.holders)
+            shared = backend.headroom(self.backlog(now)[0])
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
@@ -258,6 +265,21 @@ class Gate:
     def new_rate(self) -> float:
         """λ_new: the measured rate of new requests, requests/s."""
         return self._new.rate
+
+    @property
+    def promise(self) -> float:
+        """H as Retry-After is told by, requests/s, as of the last refresh: from the capacity μ, or with a shared
+        budget this replica's share of the fleet's H (its pools' schedules counted), not the lease it holds."""
+        return self._promise
+
+    def backlog(self, now: float) -> tuple[int, float]:
+        """What this gate and its :attr:`pools` carry at ``now``: the clients holding places in their retry
+        schedules, and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
+        holders, new = self.schedule.holders, self._new.rate
+        for pool in self.pools(now):
+            holders += pool.schedule.holders
+            new += pool._new.rate
+        return holders, new
 
     def headroom(self, now: float) -> float:
         """H: the rate returning clients may come back at, requests/s (what they are told by).
