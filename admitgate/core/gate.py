@@ -218,6 +218,7 @@ class Gate:
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
         self._calm_at = now  # the last refresh at which H had not collapsed
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
+        self._level = initial  # the H a collapse is judged on: the promise's, or with a shared budget the fleet's
         self.next_refresh = now
         self.refresh(now)
 
@@ -235,23 +236,28 @@ class Gate:
         rate = self.capacity_source.rate(now)
         backend = self.backend
         self._new.update(self.new_requests, now)
-        shared = None
+        shared = whole = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
             shared = backend.headroom(self.backlog(now)[0])
+            whole = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
             self.schedule.set_rate(min(shared, self._room(self.pacer.rate)), now)
             self._promise = shared
+            # A collapse is the fleet's H falling: this replica's share falls whenever a herd lands on the
+            # others, and judged on the share, their herd was an outage here, every client told to come back
+            # in a second (11,000 of 20,000 answers on the fleet herd).
+            self._level = whole or shared
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
-            self._promise = self.headroom(now)
-        collapsed = self._promise < COLLAPSE * self._peak
+            self._promise = self._level = self.headroom(now)
+        collapsed = self._level < COLLAPSE * self._peak
         if not collapsed:
             self._calm_at = now
         if not collapsed or now - self._calm_at >= PEAK_MEMORY:  # (see PEAK_MEMORY)
-            self._peak = max(self._promise, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
+            self._peak = max(self._level, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
         self._peak_at = now
         if self._overflowing and self.schedule.horizon(now) < self._cap:
             self._overflowing = False  # the episode is over: log the next one again
@@ -444,8 +450,8 @@ class Gate:
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
         seconds = forecast(work / promise, self.growth)
-        if promise < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
-            seconds = min(seconds, work / self._peak)
+        if self._level < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
+            seconds = min(seconds, work / (self._peak * promise / self._level))  # (this replica's part of it)
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)
