@@ -208,40 +208,55 @@ def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleet
     asyncio.run(run())
 
 
-def test_a_herd_on_another_replica_is_no_outage_here(redis_server) -> None:
+@pytest.mark.parametrize("tenants", [False, True], ids=["gate", "tenants"])
+def test_a_herd_on_another_replica_is_no_outage_here(redis_server, tenants: bool) -> None:
     """When a herd lands on another replica, this one's share of the fleet's H falls to its part of the
     fleet's backlog: a tenth, say. That is no outage (the fleet's H stands), so a client of its own that comes
     back early is told when its place is due at its share, not to come back in a second as if capacity could
-    return at any moment (which sent 11,000 of 20,000 answers of 1 s on the fleet herd)."""
+    return at any moment (which sent 11,000 of 20,000 answers of 1 s on the fleet herd). The same in a tenant's
+    pool, whose share follows the replica's."""
 
     async def run() -> None:
-        now = time.monotonic()
-        busy, idle = Gate(200, Settings(burst=20), now=now), Gate(200, Settings(burst=20), now=now)
-        budgets = [RedisBudget(redis_server.url, name="t10", timeout=0.5) for _ in range(2)]
-        for budget, gate in zip(budgets, (busy, idle), strict=True):
-            budget.attach(gate, 200.0)
-            assert await budget.lease(time.monotonic())
-        await asyncio.sleep(0.15)
-        for gate, clients in ((busy, 1000), (idle, 100)):  # the herd, 10/1 over the two replicas
-            for i in range(clients):
-                gate.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda i=i: f"client-{i}")
-        for _ in range(3):
+        busy = Gate(200, Settings(burst=20), now=time.monotonic())
+        budget = RedisBudget(redis_server.url, name="t10", timeout=0.5)
+        budget.attach(busy, 200.0)
+        idle, table, other = tenant_replica(redis_server.url, "t10")
+        if not tenants:
+            idle.pools = lambda now: ()  # (the tenants' table stays unused)
+        budgets = [budget, other]
+        for _ in range(7):  # idle for 0.7 s: leased one token an interval, and the tenants' shares reallocated
+            for each in budgets:
+                assert await each.lease(time.monotonic())
             await asyncio.sleep(0.1)
-            for budget in budgets:
-                assert await budget.lease(time.monotonic())
-        share = budgets[1].headroom(idle.schedule.holders)
+        for i in range(3000):  # the herd, 10/1 over the two replicas
+            busy.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda i=i: f"client-{i}")
+        if tenants:
+            herd_in_tenant(table, 300)
+        else:
+            for i in range(300):
+                idle.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda i=i: f"client-{i}")
+        for _ in range(6):
+            await asyncio.sleep(0.1)
+            for each in budgets:
+                assert await each.lease(time.monotonic())
+        share = other.headroom(idle.backlog(time.monotonic())[0])
         assert share is not None and share < 0.2 * 200  # its part of the fleet's backlog
-        place = idle.schedule.place_of("client-99", time.monotonic())
+        gate = table.gates(time.monotonic())[0] if tenants else idle  # (where its clients hold their places)
+        place = gate.schedule.place_of("client-99", time.monotonic())
         assert place is not None
-        due = idle.schedule.due_in(place[0], time.monotonic())
-        while idle.pacer.try_take(1.0, time.monotonic()):  # (no free token to find: the bucket is spent)
+        due = gate.schedule.due_in(place[0], time.monotonic())
+        while gate.pacer.try_take(1.0, time.monotonic()):  # (no free token to find: the bucket is spent)
             pass
-        back = idle.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda: "client-99")  # early
+        if tenants:  # early
+            back = table.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda: "client-99", BIG)
+        else:
+            back = idle.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda: "client-99")
         assert back.verdict is Verdict.REJECT
-        assert back.retry_after >= min(due, (place[0] - idle.schedule.head(time.monotonic())) / share) - 1.5
-        assert back.retry_after >= 2  # (its place is due in several seconds; told 1 s before)
-        for budget in budgets:
-            await budget.stop()
+        told = back.delay + back.retry_after  # (a tarpit's hold comes off the Retry-After)
+        assert told >= min(due, (place[0] - gate.schedule.head(time.monotonic())) / share) - 1.5
+        assert told >= 2  # (its place is due in several seconds; told 1 s before)
+        for each in budgets:
+            await each.stop()
 
     asyncio.run(run())
 

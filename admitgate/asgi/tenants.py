@@ -177,13 +177,16 @@ class Tenancy:
 
 class Share:
     """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): the rate its pacer
-    refills at (requests/s), the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`), and its
-    ``entitlement`` (its weighted share among the tenants asking: the ``q`` its rate-limit fields show)."""
+    refills at (requests/s), the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`), its
+    ``entitlement`` (its weighted share among the tenants asking: the ``q`` its rate-limit fields show), and
+    ``whole``: how many times the replica's share the fleet's H is, with a shared budget (1 without), so that
+    the pool judges a collapse as the root does (see :attr:`Gate.promise`)."""
 
-    __slots__ = ("capacity", "entitlement", "growth", "value")
+    __slots__ = ("capacity", "entitlement", "growth", "value", "whole")
 
     def __init__(self, value: float, capacity: float, growth: float) -> None:
         self.value, self.capacity, self.entitlement, self.growth = value, capacity, capacity, growth
+        self.whole = 1.0
 
     def rate(self, now: float) -> float:
         return self.value
@@ -454,9 +457,10 @@ class Tenants:
         used = self._used = math.fsum(uses.values())
         self._assigned = 0.0
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
+        whole = root.whole
         spare: list[tuple[float, int, Pool]] = []
         for index, pool in enumerate(pools):
-            pool.share.growth = growth
+            pool.share.growth, pool.share.whole = growth, whole
             if index in shares:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate

@@ -236,11 +236,11 @@ class Gate:
         rate = self.capacity_source.rate(now)
         backend = self.backend
         self._new.update(self.new_requests, now)
-        shared = whole = None
+        shared = fleet = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
             shared = backend.headroom(self.backlog(now)[0])
-            whole = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
+            fleet = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
@@ -249,10 +249,12 @@ class Gate:
             # A collapse is the fleet's H falling: this replica's share falls whenever a herd lands on the
             # others, and judged on the share, their herd was an outage here, every client told to come back
             # in a second (11,000 of 20,000 answers on the fleet herd).
-            self._level = whole or shared
+            self._level = fleet or shared
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
-            self._promise = self._level = self.headroom(now)
+            self._promise = self.headroom(now)
+            whole = getattr(self.capacity_source, "whole", None)  # (a tenants' pool: its root's, see Share)
+            self._level = self._promise * whole if whole is not None else self._promise
         collapsed = self._level < COLLAPSE * self._peak
         if not collapsed:
             self._calm_at = now
@@ -277,6 +279,12 @@ class Gate:
         """H as Retry-After is told by, requests/s, as of the last refresh: from the capacity μ, or with a shared
         budget this replica's share of the fleet's H (its pools' schedules counted), not the lease it holds."""
         return self._promise
+
+    @property
+    def whole(self) -> float:
+        """How many times :attr:`promise` the H a collapse is judged on is: with a shared budget, the fleet's H
+        over this replica's share of it (a tenants' pool's gate is told it by its table); 1 otherwise."""
+        return self._level / self._promise
 
     def backlog(self, now: float) -> tuple[int, float]:
         """What this gate and its :attr:`pools` carry at ``now``: the clients holding places in their retry
