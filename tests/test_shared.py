@@ -208,6 +208,37 @@ def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleet
     asyncio.run(run())
 
 
+def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fleets_h(redis_server) -> None:
+    """Four tenants asking a little on an idle replica (its lease 10/s), then a herd of 250 in each: together
+    they are told by the replica's share of the fleet's H (200/s), each by its part of it. What the others use
+    was taken from that share in the lease's units (2.5/s each of 10/s): each tenant was told by 192.5/s, all
+    four by 770/s, and their clients came back four times too early."""
+
+    async def run() -> None:
+        gate, tenants, budget = tenant_replica(redis_server.url, "t10")
+        scopes = [{**BIG, "headers": [(b"x-api-key", f"t{k}".encode())]} for k in range(4)]
+        for step in range(12):  # 1.2 s: each tenant asks once in the first 0.1 s, then waits
+            if step == 1:
+                for scope in scopes:
+                    tenants.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda: None, scope)
+            assert await budget.lease(time.monotonic())
+            await asyncio.sleep(0.1)
+        assert gate.pacer.rate <= 20.0
+        told: list[list[int]] = [[] for _ in scopes]
+        for i in range(250):
+            for k, scope in enumerate(scopes):
+                client = (k, i)
+                decision = tenants.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda c=client: c, scope)
+                if decision.verdict is Verdict.REJECT:
+                    told[k].append(decision.retry_after)
+        assert all(len(each) >= 200 for each in told)
+        for each in told:  # M / H = 1,000 / 200 = 5 s
+            assert 0.6 * 5 <= max(each) <= 1.5 * 5
+        await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)
