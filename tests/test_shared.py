@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from admitgate import AdmitGate, ConfigError, Settings
 from admitgate.asgi.tenants import Tenancy, Tenants
 from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.core.clock import ManualClock
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.sim.herd import HerdResult, run_herd
@@ -206,6 +207,31 @@ def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleet
         await budget.stop()
 
     asyncio.run(run())
+
+
+def test_a_replica_with_tenants_publishes_its_pools_new_requests(redis_server) -> None:
+    """New requests decided in tenants' pools are this replica's λ_new: published, the fleet's H is less by
+    them (the root gate sees none of them)."""
+
+    async def run(url: str) -> None:
+        clock = ManualClock(1000.0)
+        gate = Gate(200, Settings(burst=20), now=clock())
+        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=clock())
+        budget = RedisBudget(url, name="t11", timeout=0.5)
+        budget.attach(gate, 200.0, clock)
+        other = RedisBudget(url, name="t11", timeout=0.5)
+        other.attach(Gate(200, Settings(burst=20), now=clock()), 200.0, clock)
+        for step in range(200):  # 50 new requests/s in one tenant for 4 s, a lease every 0.1 s
+            tenants.admit(1.0, DEFAULT_CLASSES["default"], clock(), lambda s=step: s, BIG)
+            clock.advance(0.02)
+            if step % 5 == 4:
+                assert await budget.lease(clock())
+        assert await other.lease(clock())
+        assert gate.new_rate() == 0.0 and other.fleet_new >= 40.0
+        await budget.stop()
+        await other.stop()
+
+    asyncio.run(run(redis_server.url))
 
 
 def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fleets_h(redis_server) -> None:
