@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from admitgate import AdmitGate, ConfigError, Settings
 from admitgate.asgi.tenants import Tenancy, Tenants
 from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
+from admitgate.core.clock import ManualClock
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.sim.herd import HerdResult, run_herd
@@ -257,6 +258,62 @@ def test_a_herd_on_another_replica_is_no_outage_here(redis_server, tenants: bool
         assert told >= 2  # (its place is due in several seconds; told 1 s before)
         for each in budgets:
             await each.stop()
+
+    asyncio.run(run())
+
+
+def test_a_replica_with_tenants_publishes_its_pools_new_requests(redis_server) -> None:
+    """New requests decided in tenants' pools are this replica's λ_new: published, the fleet's H is less by
+    them (the root gate sees none of them)."""
+
+    async def run(url: str) -> None:
+        clock = ManualClock(1000.0)
+        gate = Gate(200, Settings(burst=20), now=clock())
+        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=clock())
+        budget = RedisBudget(url, name="t11", timeout=0.5)
+        budget.attach(gate, 200.0, clock)
+        other = RedisBudget(url, name="t11", timeout=0.5)
+        other.attach(Gate(200, Settings(burst=20), now=clock()), 200.0, clock)
+        for step in range(200):  # 50 new requests/s in one tenant for 4 s, a lease every 0.1 s
+            tenants.admit(1.0, DEFAULT_CLASSES["default"], clock(), lambda s=step: s, BIG)
+            clock.advance(0.02)
+            if step % 5 == 4:
+                assert await budget.lease(clock())
+        assert await other.lease(clock())
+        assert gate.new_rate() == 0.0 and other.fleet_new >= 40.0
+        await budget.stop()
+        await other.stop()
+
+    asyncio.run(run(redis_server.url))
+
+
+def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fleets_h(redis_server) -> None:
+    """Four tenants asking a little on an idle replica (its lease 10/s), then a herd of 250 in each: together
+    they are told by the replica's share of the fleet's H (200/s), each by its part of it. What the others use
+    was taken from that share in the lease's units (2.5/s each of 10/s): each tenant was told by 192.5/s, all
+    four by 770/s, and their clients came back four times too early."""
+
+    async def run() -> None:
+        gate, tenants, budget = tenant_replica(redis_server.url, "t10")
+        scopes = [{**BIG, "headers": [(b"x-api-key", f"t{k}".encode())]} for k in range(4)]
+        for step in range(12):  # 1.2 s: each tenant asks once in the first 0.1 s, then waits
+            if step == 1:
+                for scope in scopes:
+                    tenants.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda: None, scope)
+            assert await budget.lease(time.monotonic())
+            await asyncio.sleep(0.1)
+        assert gate.pacer.rate <= 20.0
+        told: list[list[int]] = [[] for _ in scopes]
+        for i in range(250):
+            for k, scope in enumerate(scopes):
+                client = (k, i)
+                decision = tenants.admit(1.0, DEFAULT_CLASSES["default"], time.monotonic(), lambda c=client: c, scope)
+                if decision.verdict is Verdict.REJECT:
+                    told[k].append(decision.retry_after)
+        assert all(len(each) >= 200 for each in told)
+        for each in told:  # M / H = 1,000 / 200 = 5 s
+            assert 0.6 * 5 <= max(each) <= 1.5 * 5
+        await budget.stop()
 
     asyncio.run(run())
 

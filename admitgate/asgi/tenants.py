@@ -244,7 +244,8 @@ class Tenants:
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
         self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
-        self._told = self._available  # what Retry-After is told by (see rebalance), as of the last reallocation
+        #: what Retry-After is told by over ``_available`` (see rebalance), as of the last reallocation
+        self._scale = 1.0
         self._critical = root.stats.critical
         self._last = now
         self.next_rebalance = now + tenancy.interval
@@ -291,7 +292,7 @@ class Tenants:
             self._reclaim(pool, entitlement - max(0.0, self._available - self._assigned), now)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
-        promise = self._told - self._used  # (what the others use stands: it may have the rest)
+        promise = self._promise(entitlement, self._available - self._used)  # (what the others use stands)
         pool.use = entitlement
         self._used += entitlement
         pool.set_share(rate, entitlement, self._burst(rate), now, promise)
@@ -386,6 +387,14 @@ class Tenants:
     def _entitlement(self, weight: float, total: float) -> float:
         return self._available * weight / total if total > 0 else self._available
 
+    def _promise(self, entitlement: float, left: float) -> float:
+        """What a pool is told Retry-After by, requests/s: ``left`` (the capacity less what the others use) or its
+        ``entitlement``, whichever is more, as a part of what the replica's clients are told by. Both are in the
+        capacity's units, the lease's with a shared budget: told by its share of the fleet's H, the pools divide
+        that share as they divide the lease (taken from it in the lease's units, four tenants' herds on an idle
+        replica were each told by nearly all of it)."""
+        return max(entitlement, left) * self._scale
+
     def _burst(self, rate: float) -> float:
         """A pool's bucket: its part of the root's burst, at least one token."""
         return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
@@ -418,7 +427,8 @@ class Tenants:
         # With a shared budget μ is this replica's lease, which follows what it admitted lately (an idle
         # replica's is 10/s); its clients are told by its share of the fleet's H. Told by the lease, a herd
         # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
-        told = self._told = max(available, root.promise - critical) if root.backend is not None else available
+        told = max(available, root.promise - critical) if root.backend is not None else available
+        self._scale = told / available
         pools = self.pools(now)
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
@@ -465,8 +475,9 @@ class Tenants:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
                 pool.use = uses[index]
-                pool.set_share(rate, self._entitlement(pool.weight, total), self._burst(rate), now,
-                               told - (used - uses[index]))  # fmt: skip
+                entitlement = self._entitlement(pool.weight, total)
+                pool.set_share(rate, entitlement, self._burst(rate), now,
+                               self._promise(entitlement, available - (used - uses[index])))  # fmt: skip
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
