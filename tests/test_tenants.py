@@ -550,3 +550,31 @@ def test_every_request_a_pool_decides_is_counted_for_a_shared_budget() -> None:
     pools = [p for p in (tenants._pools.get("a", now), tenants.newcomers) if p is not None]
     assert holds > 100
     assert root.delegated == sum(p.gate.pacer.taken + p.gate.pacer.asked for p in pools)
+
+
+@settings(max_examples=25, deadline=None)
+@given(herds=st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 150), st.floats(0.0, 2.0)), min_size=1,
+                      max_size=4))  # fmt: skip
+def test_the_root_counts_the_places_held_in_its_pools_at_every_step(herds: list[tuple[str, int, float]]) -> None:
+    """Gate.held_below (what a shared budget leases for and publishes, in O(1) however many pools) is the
+    number of clients holding places in the pools' schedules after every decision and every hold's end, not
+    only after a reallocation makes it exact."""
+    tenants = table(rate=100.0, establish=1)
+    root = tenants.root
+    seq = itertools.count()
+    events = [(at + 0.001 * i, next(seq), f"{name}{k}-{i}", name, None)
+              for k, (name, clients, at) in enumerate(herds) for i in range(clients)]  # fmt: skip
+    heapq.heapify(events)
+    while events:
+        now, _, client, name, held = heapq.heappop(events)
+        if held is not None:
+            decision = root.end_hold(held, now)
+        else:
+            decision = tenants.admit(1.0, DEFAULT, now, lambda client=client: client, scope(name))
+        assert decision is not None
+        assert root.held_below == sum(pool.gate.schedule.holders for pool in tenants.pools(now))
+        if decision.delay:
+            heapq.heappush(events, (now + decision.delay, next(seq), client, name, decision))
+        elif decision.verdict is Verdict.REJECT:
+            heapq.heappush(events, (now + decision.retry_after, next(seq), client, name, None))
+    assert root.held_below == 0

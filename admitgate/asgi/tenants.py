@@ -253,7 +253,6 @@ class Tenants:
         #: pools whose rate was above what they use at the last reallocation, most to spare last (a waking
         #: pool takes back from them); at first the newcomers' pool, which holds all of the capacity
         self._spare: list[Pool] = [self.newcomers]
-        root.pools = self.gates  # (a shared budget leases for the pools' schedules and new requests)
 
     # -- decisions ------------------------------------------------------------------------
     def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
@@ -268,10 +267,11 @@ class Tenants:
         pool = self.pool_of(self.name(scope), now)
         if not pool.awake:
             self._activate(pool, now)
-        stats, pacer = pool.gate.stats, pool.gate.pacer
-        early, overflow, seen = stats.early, stats.overflow, pacer.taken + pacer.asked
+        stats, pacer, schedule = pool.gate.stats, pool.gate.pacer, pool.gate.schedule
+        early, overflow, seen, held = stats.early, stats.overflow, pacer.taken + pacer.asked, schedule.holders
         decision = pool.gate.admit(cost, priority, now, identify)
         root.delegated += pacer.taken + pacer.asked - seen
+        root.held_below += schedule.holders - held  # (a shared budget leases for the pools' places)
         if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
             pool.asked += cost
         if decision.verdict is Verdict.REJECT:
@@ -400,7 +400,7 @@ class Tenants:
         return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
 
     def gates(self, now: float) -> list[Gate]:
-        """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape and a shared budget's lease)."""
+        """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape)."""
         return [pool.gate for pool in (*self._pools.live(now), self.newcomers)]
 
     def pools(self, now: float) -> list[Pool]:
@@ -453,6 +453,9 @@ class Tenants:
             if wanted > MIN_RATE:
                 demands[index] = wanted
                 weights[index] = pool.weight
+        if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
+            root.held_below = sum(pool.gate.schedule.holders for pool in pools)
+            root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total

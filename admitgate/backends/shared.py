@@ -224,7 +224,7 @@ class RedisBudget:
         # schedule will bring back plus its new arrivals, whichever is more (a herd's returners come at their
         # places, not at the rate they were turned away).
         at = self.clock()
-        backlog, new = gate.backlog(at)  # (its tenants' pools' included)
+        backlog, new = gate.backlog()  # (its tenants' pools' included)
         share = self.headroom(backlog) if backlog else None
         if share is not None:  # its share of the fleet's schedule, and its new arrivals
             want = (share + new + math.sqrt(new)) * self.lease_interval

@@ -35,7 +35,7 @@ import logging
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -131,10 +131,6 @@ class GateStats:
         return sum(self.pacing.counts)
 
 
-def _no_pools(now: float) -> tuple[()]:
-    return ()
-
-
 class NewRate:
     """λ_new in requests/s: the median of the last ``seconds`` whole-second counts of new requests.
 
@@ -208,9 +204,12 @@ class Gate:
         #: requests decided in gates this one's capacity is divided among (tenants' pools), taken at once or asked
         #: to reserve, so far: a shared budget leases for them as for this gate's own
         self.delegated = 0
-        #: the gates this one's capacity is divided among, live at ``now`` (tenants' pools; none by default):
-        #: their retry schedules and new requests are this replica's too, for a shared budget
-        self.pools: Callable[[float], Iterable[Gate]] = _no_pools
+        #: what the gates this one's capacity is divided among (tenants' pools) carry: the clients holding places
+        #: in their schedules and their λ_new (requests/s). Kept by whoever divides it (a running count, made
+        #: exact at each reallocation when a shared budget reads it), so that the budget's lease and this gate's
+        #: refresh take them in O(1), however many pools.
+        self.held_below = 0
+        self.new_below = 0.0
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -239,7 +238,7 @@ class Gate:
         shared = fleet = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
-            shared = backend.headroom(self.backlog(now)[0])
+            shared = backend.headroom(self.backlog()[0])
             fleet = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
@@ -286,14 +285,10 @@ class Gate:
         over this replica's share of it (a tenants' pool's gate is told it by its table); 1 otherwise."""
         return self._level / self._promise
 
-    def backlog(self, now: float) -> tuple[int, float]:
-        """What this gate and its :attr:`pools` carry at ``now``: the clients holding places in their retry
-        schedules, and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
-        holders, new = self.schedule.holders, self._new.rate
-        for pool in self.pools(now):
-            holders += pool.schedule.holders
-            new += pool._new.rate
-        return holders, new
+    def backlog(self) -> tuple[int, float]:
+        """What this gate and the gates below it carry: the clients holding places in their retry schedules,
+        and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
+        return self.schedule.holders + self.held_below, self._new.rate + self.new_below
 
     def headroom(self, now: float) -> float:
         """H: the rate returning clients may come back at, requests/s (what they are told by).
@@ -502,11 +497,12 @@ class Gate:
         """
         pool = decision.pool
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
-            overflow, pacer = pool.stats.overflow, pool.pacer
+            overflow, pacer, held = pool.stats.overflow, pool.pacer, pool.schedule.holders
             seen = pacer.taken + pacer.asked
             after = pool.end_hold(decision, now, gone)
             self.stats.overflow += pool.stats.overflow - overflow  # counted with this gate's, as pacing is
             self.delegated += pacer.taken + pacer.asked - seen  # (a returner let in reserves its token now)
+            self.held_below += pool.schedule.holders - held
             return dataclasses.replace(after, pool=pool) if after is not None and after.delay else after
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
