@@ -316,6 +316,36 @@ def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fle
     asyncio.run(run())
 
 
+def test_a_late_lease_pays_its_overdraft_from_what_the_bucket_spilt_not_from_the_others_grants(redis_server) -> None:
+    """A replica whose lease comes late (its event loop busy) went on refilling at its grant; the next lease
+    pays that back. What the shared bucket spilt over its cap meanwhile was nobody's, and pays first: taken
+    from the bucket instead, the tokens were lost twice and the other replicas were granted nothing until
+    the debt was paid."""
+
+    async def run() -> None:
+        now = time.monotonic()
+        late, other = Gate(200, Settings(burst=20), now=now), Gate(200, Settings(burst=20), now=now)
+        budgets = [RedisBudget(redis_server.url, name="t12", timeout=0.5) for _ in range(2)]
+        for budget, gate in zip(budgets, (late, other), strict=True):
+            budget.attach(gate, 200.0)
+        for _ in range(3):  # both busy: 200/s asked of each
+            for budget, gate in zip(budgets, (late, other), strict=True):
+                gate.pacer.asked += 20
+                assert await budget.lease(time.monotonic())
+            await asyncio.sleep(0.1)
+        assert budgets[0]._grant_rate > 0
+        late.pacer.asked += 20
+        await asyncio.sleep(1.0)  # the late replica's next lease is 1 s late; nobody leases meanwhile
+        assert await budgets[0].lease(time.monotonic())
+        other.pacer.asked += 20
+        assert await budgets[1].lease(time.monotonic())
+        assert budgets[1]._grant_rate >= 50.0  # its share, not nothing while the late one's debt is paid
+        for budget in budgets:
+            await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)

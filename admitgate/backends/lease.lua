@@ -13,6 +13,7 @@ local dead = redis.call('ZRANGEBYSCORE', members, '-inf', now)
 for _, d in ipairs(dead) do
   redis.call('ZREM', members, d)
   redis.call('HDEL', rates, d)
+  redis.call('HDEL', bucket, 'mark:' .. d)
 end
 redis.call('HSET', rates, id, want .. ' ' .. backlog .. ' ' .. new .. ' ' .. mine)
 local rate, wants, backlogs, news = 0, 0, 0, 0
@@ -24,12 +25,25 @@ for _, v in ipairs(redis.call('HVALS', rates)) do
   news = news + (tonumber(n) or 0)
 end
 if fixed > 0 then rate = fixed end
-local state = redis.call('HMGET', bucket, 'tokens', 'ts')
+local state = redis.call('HMGET', bucket, 'tokens', 'ts', 'spilt', 'used', 'mark:' .. id)
 local tokens = tonumber(state[1]) or burst
 local ts = tonumber(state[2]) or now
-if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
--- tokens this replica refilled beyond its last grant because this lease came late: owed to the fleet
-tokens = tokens - overdraft
+-- spilt: tokens refilled over the cap so far, which nobody was granted; used: how many of them paid overdrafts
+local spilt, used = tonumber(state[3]) or 0, tonumber(state[4]) or 0
+if now > ts then
+  tokens = tokens + (now - ts) * rate
+  if tokens > burst then spilt, tokens = spilt + tokens - burst, burst end
+end
+-- Tokens this replica refilled beyond its last grant because this lease came late are owed to the fleet.
+-- Those the bucket spilt since this replica's last lease (and no other overdraft took) were nobody's: they
+-- pay first. Taken from the bucket instead, they would be lost twice, and the others granted nothing for it.
+local free = 0
+if overdraft > 0 and state[5] then
+  local s0, u0 = string.match(state[5], '^([^ ]+) ([^ ]+)')
+  free = math.max(0, math.min(overdraft, (spilt - tonumber(s0)) - (used - tonumber(u0))))
+end
+used = used + free
+tokens = tokens - (overdraft - free)
 -- a fair share: when the replicas together want more than an interval's refill, each gets its part of it
 local share = want
 if interval > 0 and wants > rate * interval then share = rate * interval * want / wants end
@@ -37,7 +51,8 @@ if interval > 0 and wants > rate * interval then share = rate * interval * want 
 -- waited for the exact refill would lose the difference. The debt is paid before anything more is granted.
 local grant = math.max(0, math.min(want, share, tokens + burst))
 tokens = tokens - grant
-redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts', tostring(now), 'spilt', tostring(spilt),
+           'used', tostring(used), 'mark:' .. id, tostring(spilt) .. ' ' .. tostring(used))
 local keep = math.ceil((ttl + 60) * 1000)
 redis.call('PEXPIRE', bucket, keep)
 redis.call('PEXPIRE', members, keep)

@@ -26,7 +26,10 @@ trip per replica per interval, whatever the request rate: at 1,000 decisions/s p
 10 round trips per 1,000 decisions. State in Redis is O(1) per bucket plus one entry per live replica.
 
 **Over-admission bound.** Leased tokens are taken from the shared bucket when leased, and the bucket
-may run one burst into debt (leases arrive a little early or late). So in any window of T seconds the
+may run one burst into debt (leases arrive a little early or late). A grant whose next lease is late goes on
+refilling for up to ``GRACE`` intervals; the next lease pays back what it refilled beyond its interval, first
+out of what the shared bucket spilt over its cap since this replica's last lease (tokens nobody was granted),
+then out of the bucket. So in any window of T seconds the
 fleet admits at most ``rate·T + 2·burst + N·local_burst``: the shared bucket's bound with its debt, plus
 one local bucket per replica. The local burst is the fleet burst divided by the number of live
 replicas.
