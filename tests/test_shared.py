@@ -346,6 +346,27 @@ def test_a_late_lease_pays_its_overdraft_from_what_the_bucket_spilt_not_from_the
     asyncio.run(run())
 
 
+def test_a_grant_goes_on_refilling_through_a_lease_a_second_late(redis_server) -> None:
+    """A busy replica's event loop makes its own leases late, by 0.3-3 s on the fleet herd. Its grant goes on
+    refilling for a second (paid back by the next lease): stopped after 0.3 s, the replica admitted nothing
+    for the rest of each gap, and the clients it then turned away made its leases later still."""
+
+    async def run() -> None:
+        clock = ManualClock(1000.0)
+        gate = Gate(200, Settings(burst=20), now=clock())
+        budget = RedisBudget(redis_server.url, name="t13", timeout=0.5)
+        budget.attach(gate, 200.0, clock)
+        gate.pacer.asked += 20  # 200/s asked in the last interval
+        assert await budget.lease(clock())
+        rate, start = gate.pacer.rate, gate.pacer.refilled(clock())
+        assert rate >= 100.0
+        clock.advance(0.9)  # no lease for 0.9 s
+        assert gate.pacer.refilled(clock()) - start == pytest.approx(rate * 0.9)
+        await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)

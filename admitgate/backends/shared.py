@@ -63,9 +63,12 @@ from ..core.gate import MIN_SHARE, Gate
 
 log = logging.getLogger("admitgate")
 
-#: A grant goes on refilling for this many lease intervals if the next lease is late; what it refills beyond
-#: its own interval is paid back to the shared bucket by that next lease.
-GRACE = 3.0
+#: A grant goes on refilling for this many lease intervals if the next lease is late; what it refilled beyond
+#: its own interval is paid back by that next lease. A busy replica's event loop delays its own leases by 0.3-3 s
+#: on the fleet herd; at three intervals its refill stopped for most of each gap, its due clients were held and
+#: told to come back in 1 s, and their returns delayed its leases further (four rounds in ten drained at
+#: 1.6-2.2 times the bound; none at ten intervals).
+GRACE = 10.0
 STOP_RETRY = 0.05  # seconds between cancellations of a lease loop that did not end (see RedisBudget.stop)
 
 #: The lease script (``lease.lua``, shipped beside this module as package data).
