@@ -143,20 +143,21 @@ def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) ->
 BIG = {"type": "http", "headers": [(b"x-api-key", b"big")], "client": ("192.0.2.1", 4000)}
 
 
-def tenant_replica(url: str, name: str) -> tuple[Gate, Tenants, RedisBudget]:
+def tenant_replica(url: str, name: str, establish: int = 1) -> tuple[Gate, Tenants, RedisBudget]:
     """A replica's gate (200/s for the fleet) with tenants keyed by ``x-api-key``, leasing from ``url``."""
     now = time.monotonic()
     gate = Gate(200, Settings(burst=20), now=now)
-    tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=now)
+    tenants = Tenants(Tenancy(key="header:x-api-key", establish=establish), gate, now=now)
     budget = RedisBudget(url, name=name, timeout=0.5)
     budget.attach(gate, 200.0)
     return gate, tenants, budget
 
 
-def herd_in_tenant(tenants: Tenants, clients: int) -> list[int]:
-    """``clients`` distinct clients of tenant ``big`` at once; the Retry-After each rejected one is told."""
+def herd_in_tenant(tenants: Tenants, clients: int, first: int = 0) -> list[int]:
+    """``clients`` distinct clients of tenant ``big`` at once (numbered from ``first``); the Retry-After each
+    rejected one is told."""
     told = []
-    for i in range(clients):
+    for i in range(first, first + clients):
         now = time.monotonic()
         if not tenants.take(BIG, 1.0, now):
             decision = tenants.admit(1.0, DEFAULT_CLASSES["default"], now, lambda i=i: f"client-{i}", BIG)
@@ -190,20 +191,28 @@ def test_a_replica_with_tenants_leases_for_its_pools_backlog_and_the_fleet_count
     asyncio.run(run())
 
 
-def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleets_h_not_its_lease(redis_server) -> None:
+@pytest.mark.parametrize("establish", [1, 3])
+def test_a_herd_in_a_tenant_on_an_idle_replica_is_told_by_its_share_of_the_fleets_h_not_its_lease(
+    redis_server, establish: int
+) -> None:
     """An idle replica's lease is 10/s (it follows what the replica admitted lately). Its tenants divide the
     lease, but their clients must be told Retry-After by the replica's share of the fleet's H: told by the
-    lease, 1,000 clients were told up to 99 s where 5 s at the fleet's 200/s does."""
+    lease, 1,000 clients were told up to 99 s where 5 s at the fleet's 200/s does. With ``establish=3`` (the
+    default) the herd's first requests make the newcomers' pool ask: counted as using its entitlement in the
+    lease's units (5 of 10/s) and scaled to the share, the newcomers' 2 requests took half of it, and the herd
+    was told by 100/s (up to 9 s; on the fleet herd, by 200 of 400/s all through its first wave)."""
 
     async def run() -> None:
-        gate, tenants, budget = tenant_replica(redis_server.url, "t9")
+        gate, tenants, budget = tenant_replica(redis_server.url, "t9", establish)
         for _ in range(7):  # idle for 0.7 s: leased one token an interval, and the shares reallocated
             assert await budget.lease(time.monotonic())
             await asyncio.sleep(0.1)
         assert gate.pacer.rate <= 20.0
-        told = herd_in_tenant(tenants, 1000)
+        told = herd_in_tenant(tenants, 100)  # the first of the herd; the table reallocates ...
+        await asyncio.sleep(0.1)  # (a herd's requests come over a second or so on a busy replica)
+        told += herd_in_tenant(tenants, 1000, first=100)  # ... and the rest are told by what it found
         assert len(told) >= 500
-        assert max(told) <= 1.5 * 1000 / 200  # M / H at the fleet's H; by the lease it was 99 s
+        assert max(told) <= 1.5 * 1100 / 200  # M / H at the fleet's H; by the lease it was 99 s
         await budget.stop()
 
     asyncio.run(run())
@@ -310,7 +319,9 @@ def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fle
                     told[k].append(decision.retry_after)
         assert all(len(each) >= 200 for each in told)
         for each in told:  # M / H = 1,000 / 200 = 5 s
-            assert 0.6 * 5 <= max(each) <= 1.5 * 5
+            assert max(each) <= 1.5 * 5
+        # Each is told by what it gets if it stays busy while the others use what they used (as without a
+        # shared budget): early where all four stampede at once, which costs a second 429, never capacity.
         await budget.stop()
 
     asyncio.run(run())

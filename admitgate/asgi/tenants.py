@@ -208,7 +208,7 @@ class Pool:
         self.awake = False  #: it has asked since it was last idle at a reallocation
         self.counts: deque[float] = deque(maxlen=SPAN)  #: cost asked in each of the last SPAN intervals
         self.spans: deque[float] = deque(maxlen=SPAN)  #: and their lengths, seconds
-        self.use = 0.0  #: requests/s the others' promises count it to take: its demand, at most its entitlement
+        self.use = 0.0  #: requests/s the others' promises count it to take: its demand, at most its entitlement (told)
 
     def set_share(self, rate: float, entitlement: float, burst: float, now: float, promise: float = 0.0) -> None:
         """Refill at ``rate``; tell Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
@@ -242,10 +242,11 @@ class Tenants:
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
-        self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s
+        self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s, in what Retry-After is told by
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
         #: what Retry-After is told by over ``_available`` (see rebalance), as of the last reallocation
         self._scale = 1.0
+        self._told = self._available  # what Retry-After is told by, as of the last reallocation (see rebalance)
         self._critical = root.stats.critical
         self._last = now
         self.next_rebalance = now + tenancy.interval
@@ -292,9 +293,9 @@ class Tenants:
             self._reclaim(pool, entitlement - max(0.0, self._available - self._assigned), now)
         rate = min(entitlement, max(0.0, self._available - self._assigned))
         self._assigned += rate
-        promise = self._promise(entitlement, self._available - self._used)  # (what the others use stands)
-        pool.use = entitlement
-        self._used += entitlement
+        promise = self._promise(entitlement, self._used)  # (what the others use stands)
+        pool.use = entitlement * self._scale
+        self._used += pool.use
         pool.set_share(rate, entitlement, self._burst(rate), now, promise)
         if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
             self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
@@ -387,13 +388,15 @@ class Tenants:
     def _entitlement(self, weight: float, total: float) -> float:
         return self._available * weight / total if total > 0 else self._available
 
-    def _promise(self, entitlement: float, left: float) -> float:
-        """What a pool is told Retry-After by, requests/s: ``left`` (the capacity less what the others use) or its
-        ``entitlement``, whichever is more, as a part of what the replica's clients are told by. Both are in the
-        capacity's units, the lease's with a shared budget: told by its share of the fleet's H, the pools divide
-        that share as they divide the lease (taken from it in the lease's units, four tenants' herds on an idle
-        replica were each told by nearly all of it)."""
-        return max(entitlement, left) * self._scale
+    def _promise(self, entitlement: float, others: float) -> float:
+        """What a pool is told Retry-After by, requests/s: what the replica's clients are told by less what the
+        ``others`` use (requests/s: their demand, at most their entitlement, scaled to what is told), or its own
+        ``entitlement`` (in the capacity's units) scaled likewise, whichever is more. With a shared budget a pool
+        is thus told what it would be told without one, were the capacity the replica's share of the fleet's H.
+        (With the others' use capped in the lease's units and then scaled, a herd whose first requests made the
+        newcomers' pool ask 6/s of an idle 10/s lease was told by half of the share: 200 of 400/s on the fleet
+        herd, which drained at 1.4-1.5 of its bound.)"""
+        return max(entitlement * self._scale, self._told - others)
 
     def _burst(self, rate: float) -> float:
         """A pool's bucket: its part of the root's burst, at least one token."""
@@ -428,7 +431,7 @@ class Tenants:
         # replica's is 10/s); its clients are told by its share of the fleet's H. Told by the lease, a herd
         # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
         told = max(available, root.promise - critical) if root.backend is not None else available
-        self._scale = told / available
+        self._scale, self._told = told / available, told
         pools = self.pools(now)
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
@@ -466,7 +469,9 @@ class Tenants:
         # Each asking pool is told Retry-After at what it gets if it stays busy: the capacity less what the
         # others use (their demand, at most their entitlement), never less than its own entitlement. A herd's
         # tenant beside a light one is told at nearly all of the capacity, not at half of it.
-        uses = {index: min(demands[index] * SLACK + 1.0, self._entitlement(weights[index], total)) for index in shares}
+        scale = self._scale
+        uses = {index: min(demands[index] * SLACK + 1.0, self._entitlement(weights[index], total) * scale)
+                for index in shares}  # fmt: skip
         used = self._used = math.fsum(uses.values())
         self._assigned = 0.0
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
@@ -480,7 +485,7 @@ class Tenants:
                 pool.use = uses[index]
                 entitlement = self._entitlement(pool.weight, total)
                 pool.set_share(rate, entitlement, self._burst(rate), now,
-                               self._promise(entitlement, available - (used - uses[index])))  # fmt: skip
+                               self._promise(entitlement, used - uses[index]))  # fmt: skip
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
