@@ -219,9 +219,12 @@ scrape_configs:
         try:
             api = f"http://127.0.0.1:{port}/api/v1/query"
             deadline = time.monotonic() + 60
-            while True:  # until rate() over the scrapes has something
+            # Until rate() over the scrapes has something at a subquery's step, as the peak/average panels ask
+            # (their [20s:1s] steps fall on whole seconds: an instant rate() can have a value before any step does)
+            ready = f"max_over_time(sum(rate({m.REQUESTS}_total[5s]))[20s:1s])"
+            while True:
                 try:  # until it is ready (it answers 503 with a text body while starting)
-                    reply = httpx.get(api, params={"query": f"sum(rate({m.REQUESTS}_total[5s]))"}, timeout=2)
+                    reply = httpx.get(api, params={"query": ready}, timeout=2)
                     r = reply.json() if reply.status_code == 200 else {"data": {"result": []}}
                     if r["data"]["result"] and float(r["data"]["result"][0]["value"][1]) > 0:
                         break
