@@ -1,5 +1,6 @@
 """The gate's one admission sequence (admit, end_hold) on an injected clock."""
 
+import heapq
 import logging
 import math
 from collections import Counter
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import Gate, Verdict
+from admitgate.core.gate import RECHECK, Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.limit.capacity import StaticCapacity
 
@@ -44,6 +45,21 @@ def warm(g: Gate, seconds: int, new_per_second: int = 0, start: float = 0.0) -> 
         now = start + second + 1
         g.refresh(now)
     return now
+
+
+def serve(g: Gate, holds: list[Decision], now: float) -> list[tuple[Decision, float]]:
+    """Follow every hold through its wake-ups in time order (each wake-up calls ``end_hold``, as the
+    middleware's and the simulator's hold loops do): each one's last decision and when it came, in order."""
+    out: list[tuple[Decision, float]] = [(d, now) for d in holds]
+    heap = [(now + d.delay, i) for i, d in enumerate(holds) if d.delay]
+    heapq.heapify(heap)
+    while heap:
+        at, i = heapq.heappop(heap)
+        d = g.end_hold(out[i][0], at)
+        out[i] = (d, at)
+        if d is not None and d.verdict is Verdict.PACE and d.delay:
+            heapq.heappush(heap, (at + d.delay, i))
+    return out
 
 
 def test_admit_then_pace_then_reject() -> None:
@@ -199,18 +215,20 @@ def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_no
     g.max_waiters = 100
     assert g.schedule.place_of(75, 0.0)[0] - g.schedule.head(0.0) == pytest.approx(75, abs=1)
     held = admit(g, 0.0, key=75)  # 1.5 s away at the head's pace (50/s), 0.375 s at the promise (200/s)
-    assert held.verdict is Verdict.PACE and held.delay == pytest.approx(1.0)  # the whole window, at most
+    assert held.verdict is Verdict.PACE and held.delay == pytest.approx(RECHECK)  # (a live rate: it looks again)
     # At the window's end its place is 0.5 s away. Sent away, it would be back in a second (after its place
     # was passed, its token unused); it is let in at its turn instead, within what the bucket refilled.
-    after = g.end_hold(held, 1.0)
-    assert after.verdict is Verdict.ADMIT
+    [(after, at)] = serve(g, [held], 0.0)
+    assert after.verdict is Verdict.ADMIT and at == pytest.approx(1.0)  # the whole window, at most
     assert g.schedule.place_of(75, 1.0) is None and g.stats.scheduled == 1
     # One 180 places out is held too (0.9 s at the promise), but at the window's end its place is still
-    # 2.6 s away (130 places at 50/s), past the lead: it is told to come back, and keeps its place.
+    # 2.6 s away (130 places at 50/s), past the lead: it is told to come back (once a wake-up finds it cannot be
+    # due within what is left of its window), and keeps its place.
     far = admit(g, 1.0, key=179)
     assert far.verdict is Verdict.PACE
-    again = g.end_hold(far, 2.0)
-    assert again.verdict is Verdict.REJECT and g.schedule.place_of(179, 2.0) is not None
+    [(again, at)] = serve(g, [far], 1.0)
+    assert again.verdict is Verdict.REJECT and at <= 2.0 and g.schedule.place_of(179, 2.0) is not None
+    assert g.stats.pacing.counts and sum(g.stats.pacing.counts) == 2  # a hold is counted once, not per wake-up
 
 
 def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
@@ -335,14 +353,56 @@ def test_a_deep_rate_cut_makes_held_requests_reserve_again_and_turns_away_those_
     g = Gate(h, Settings(burst=1, max_pacing_delay=1.0, refresh_interval=0.1), now=0.0)
     admit(g, 0.0)
     held = [admit(g, 0.0, key=i) for i in range(100)]  # one second of reservations at 100/s
-    assert all(d.verdict is Verdict.PACE for d in held) and held[-1].delay == pytest.approx(1.0)
+    assert all(d.verdict is Verdict.PACE for d in held) and g.pacer.due_in(held[-1].token, 0.0) == pytest.approx(1.0)
     h.value = 20.0
     g.refresh(0.1)  # the pacer's rate falls below half: a new epoch
-    after = [g.end_hold(d, d.delay) for d in held]
+    after = [d for d, _ in serve(g, held, 0.0)]
     verdicts = Counter(d.verdict for d in after)
     assert verdicts[Verdict.REJECT] > 50  # at 20/s most of them cannot be let in within their second
     admitted = [d for d in after if d.verdict is not Verdict.REJECT]
     assert len(admitted) <= 10 + 20 * 1.0  # what was due before the cut, then 20/s
+
+
+def test_holds_go_in_when_a_risen_rate_brings_their_tokens_sooner_and_the_bucket_bound_stands() -> None:
+    h = Rate(100.0)
+    g = Gate(h, Settings(burst=1, max_pacing_delay=1.0, refresh_interval=0.1, growth=0.0), now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0) for _ in range(100)]  # one second of reservations at 100/s
+    assert all(d.verdict is Verdict.PACE and d.delay <= RECHECK for d in held) and held[-1].delay == RECHECK
+    h.value = 400.0
+    g.refresh(0.1)  # the estimate quadruples: the 90 tokens still to come exist 0.225 s later, not 0.9 s
+    done = serve(g, held, 0.0)
+    assert all(d.verdict is Verdict.ADMIT for d, _ in done)
+    times = sorted(at for _, at in done)
+    assert times[-1] == pytest.approx(0.1 + 90 / 400)  # woken at 0.25, held on to its token: where it slept to 1.0
+    for at in times:  # every admission within the bucket's bound: rate·t + burst, at the rates in force
+        assert sum(t <= at for t in times) <= 1 + 100 * min(at, 0.1) + 400 * max(0.0, at - 0.1) + 1e-9
+
+
+def test_a_returner_held_for_its_place_goes_in_when_a_risen_h_brings_its_place_due() -> None:
+    h = Rate(100.0)
+    g = Gate(h, Settings(burst=1, max_pacing_delay=2.0, max_waiters=0, refresh_interval=0.1, growth=0.0), now=0.0)
+    admit(g, 0.0)
+    for i in range(150):
+        admit(g, 0.0, key=i)  # places told at 100/s
+    g.max_waiters = 100
+    place = g.schedule.place_of(120, 0.0)[0] - g.schedule.head(0.0)
+    back = admit(g, 0.0, key=120)  # held: its place is due in about 1.2 s, within the window
+    assert back.verdict is Verdict.PACE and back.token is None and back.delay == pytest.approx(RECHECK)
+    h.value = 400.0
+    g.refresh(0.1)
+    [(after, at)] = serve(g, [back], 0.0)
+    assert after.verdict is Verdict.ADMIT
+    due = 0.1 + (place - g._room(100.0) * 0.1) / g._room(400.0)  # the head's move at the old H, then the new
+    assert at <= due + RECHECK and at < place / g._room(100.0) - 0.5  # half a second or more sooner
+
+
+def test_holds_on_a_typed_in_rate_sleep_their_whole_wait() -> None:
+    g = Gate(100, Settings(burst=1, max_pacing_delay=1.0), now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0) for _ in range(100)]
+    assert held[-1].delay == pytest.approx(1.0) and g.recheck == math.inf  # nothing can bring it sooner
+    assert [at for _, at in serve(g, held, 0.0)] == pytest.approx([d.delay for d in held])
 
 
 def test_capacity_changes_are_pulled_on_the_refresh_cadence() -> None:

@@ -58,6 +58,12 @@ MIN_SHARE = 0.05
 EARLY_SLACK = 0.1
 #: A place counts as due when the head is within this many seconds of it (float rounding).
 DUE_SLACK = 1e-6
+#: A hold on a rate that can change wakes at least this often (seconds) to see whether a risen rate has
+#: brought its token or its place due sooner: the reservation's place on the refill axis and the client's
+#: place in the schedule move in with the rate, and a hold that slept its first delay out let them go by
+#: (a herd's first wave held at a live estimator's start-up rate went in at that rate for two seconds
+#: while the estimate doubled).
+RECHECK = 0.25
 #: H below this share of its recent peak has collapsed (an outage): the forecast expects the peak back.
 COLLAPSE = 0.25
 #: The recent peak of H decays with this time constant, seconds; not for the first PEAK_MEMORY s of a collapse
@@ -407,7 +413,7 @@ class Gate:
         left = self.max_pacing_delay - (now - since)
         soon = min(due, (place[0] - schedule.head(now)) / self._promise)
         if soon <= left and self.waiters < self.max_waiters:
-            return self._pace(min(due, left), key, cost, keep, place, None, since)
+            return self._pace(min(due, left), key, cost, keep, place, None, since, held=now > since)
         if now > since and due <= self.lead:
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the share of H its place stands for would go unused.
@@ -437,15 +443,24 @@ class Gate:
         return self._pace(wait, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
 
     def _pace(self, wait: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
-              token: float | None, since: float) -> Decision:  # fmt: skip
+              token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
+        """Hold for ``wait`` seconds (woken every :meth:`recheck` s to look again). ``held``: the request is held
+        already and holds on (a returner whose place is not due yet): counted once, when its hold began."""
         self.waiters += 1
-        pacing = self.stats.pacing
-        pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
-        pacing.seconds += wait
-        if self.probes is not None:
-            self.probes.limited()
-        return Decision(Verdict.PACE, wait, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
-                        since)  # fmt: skip
+        if not held:
+            pacing = self.stats.pacing
+            pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
+            pacing.seconds += wait
+            if self.probes is not None:
+                self.probes.limited()
+        return Decision(Verdict.PACE, min(wait, self.recheck), 0, self.schedule.rate, key, cost, keep, place, token,
+                        self.pacer.epoch, since)  # fmt: skip
+
+    @property
+    def recheck(self) -> float:
+        """Seconds a hold sleeps at most before it looks again: :data:`RECHECK` where the rate can move (a live
+        source, a tenant's share, a shared budget's grants), else no limit (a typed-in rate: nothing to see)."""
+        return RECHECK if self.backend is not None or not isinstance(self.capacity_source, StaticCapacity) else math.inf
 
     def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
         """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
@@ -530,7 +545,7 @@ class Gate:
             return ADMITTED
         if due + (now - decision.since) <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
-            return dataclasses.replace(decision, delay=due, token=token, epoch=pacer.epoch)
+            return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch)
         # The rate fell (less than a deep cut) and its token would come too late: it waits at the head of the
         # schedule instead. Its token is not refunded (the reservations behind it keep their places): one
         # token of capacity goes unused once, which is safer than letting two requests share it.
