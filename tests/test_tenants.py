@@ -169,6 +169,20 @@ def test_a_herds_tenant_beside_a_light_one_is_told_at_what_the_light_one_leaves(
     assert 0.8 * bound <= max(d.retry_after for d in herd) <= 1.2 * bound  # (was 20: told at 100/s)
 
 
+@pytest.mark.parametrize("spread", [0.0, 2e-4])
+def test_a_herd_whose_first_requests_came_as_newcomers_is_told_at_what_the_light_one_leaves(spread: float) -> None:
+    """A herd's first requests come before its key is established (``establish``), to the newcomers' pool. That
+    pool, woken by them, counted in the herd's promise as using its whole entitlement (half of the capacity) until
+    the next reallocation, and its two requests as its demand after it: the herd was told at 86 of 200/s, up to
+    22 s where 11 s does."""
+    tenants = table(200.0)
+    for k in range(50):  # the small tenant asks 10/s
+        tenants.admit(1.0, DEFAULT, k / 10, lambda: None, scope("small"))
+    herd = [tenants.admit(1.0, DEFAULT, 5.0 + k * spread, lambda k=k: f"h{k}", scope("herd")) for k in range(2000)]
+    bound = 2000 / (200 - 10)
+    assert 0.8 * bound <= max(d.retry_after for d in herd) <= 1.2 * bound
+
+
 def test_idle_pools_expire_and_the_table_is_bounded() -> None:
     tenants = table(max_tenants=50, establish=2, idle=10.0)
     for k in range(200):
@@ -298,9 +312,13 @@ def test_tenants_from_the_file_and_the_environment(tmp_path) -> None:
 def test_a_new_tenant_whose_share_is_held_by_others_gets_it_within_a_tenth_of_the_interval() -> None:
     tenants = table()
     now = 0.0
-    for k in range(3):  # two newcomers' requests (the newcomers' pool takes all the capacity), then its pool
+    for k in range(2):  # two requests without a key: the newcomers' pool asks, and holds all of the capacity
         now = k * 0.001
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope(None))
+    for k in range(3):  # two newcomers' requests, then its pool (which takes them along as its own demand)
+        now = 0.002 + k * 0.001
         tenants.admit(1.0, DEFAULT, now, lambda: None, scope("late"))
+    assert tenants.newcomers.asked == 2 and tenants.pool_of("late", now).asked == 3
     assert tenants.next_rebalance <= now + 0.5 * 0.1
     run = Run(tenants).send("late", now, 5, 200).go()
     assert run.rate("late", 1, 5) >= 97
