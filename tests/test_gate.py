@@ -47,14 +47,22 @@ def warm(g: Gate, seconds: int, new_per_second: int = 0, start: float = 0.0) -> 
     return now
 
 
-def serve(g: Gate, holds: list[Decision], now: float) -> list[tuple[Decision, float]]:
+def serve(g: Gate, holds: list[Decision], now: float, rates: tuple[tuple[float, Rate, float], ...] = ()
+          ) -> list[tuple[Decision, float]]:  # fmt: skip
     """Follow every hold through its wake-ups in time order (each wake-up calls ``end_hold``, as the
-    middleware's and the simulator's hold loops do): each one's last decision and when it came, in order."""
+    middleware's and the simulator's hold loops do): each one's last decision and when it came, in order.
+    ``rates``: (time, source, value): the source reads ``value`` from that time on (the gate refreshes then)."""
     out: list[tuple[Decision, float]] = [(d, now) for d in holds]
     heap = [(now + d.delay, i) for i, d in enumerate(holds) if d.delay]
     heapq.heapify(heap)
+    changes = sorted(rates, key=lambda change: change[0])
     while heap:
         at, i = heapq.heappop(heap)
+        while changes and changes[0][0] <= at:
+            when, source, value = changes.pop(0)
+            source.value = value
+            g.next_refresh = when
+            g.refresh(when)
         d = g.end_hold(out[i][0], at)
         out[i] = (d, at)
         if d is not None and d.verdict is Verdict.PACE and d.delay:
@@ -207,12 +215,18 @@ class Draining(Rate):
         self.capacity = capacity
 
 
-def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_not_sent_away() -> None:
+def draining_with_places() -> Gate:
+    """A gate draining at 50/s (H from the belief: 200/s, a 1 s window) where keys 0-199 hold places."""
     g = Gate(Draining(50.0, 200.0), Settings(burst=1, max_pacing_delay=1.0, max_waiters=0, growth=0.0), now=0.0)
     admit(g, 0.0)
     for i in range(200):
         admit(g, 0.0, key=i)
     g.max_waiters = 100
+    return g
+
+
+def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_not_sent_away() -> None:
+    g = draining_with_places()
     assert g.schedule.place_of(75, 0.0)[0] - g.schedule.head(0.0) == pytest.approx(75, abs=1)
     held = admit(g, 0.0, key=75)  # 1.5 s away at the head's pace (50/s), 0.375 s at the promise (200/s)
     assert held.verdict is Verdict.PACE and held.delay == pytest.approx(RECHECK)  # (a live rate: it looks again)
@@ -222,13 +236,24 @@ def test_a_returner_held_through_its_window_and_due_within_the_lead_is_let_in_no
     assert after.verdict is Verdict.ADMIT and at == pytest.approx(1.0)  # the whole window, at most
     assert g.schedule.place_of(75, 1.0) is None and g.stats.scheduled == 1
     # One 180 places out is held too (0.9 s at the promise), but at the window's end its place is still
-    # 2.6 s away (130 places at 50/s), past the lead: it is told to come back (once a wake-up finds it cannot be
-    # due within what is left of its window), and keeps its place.
+    # 2.6 s away (130 places at 50/s), past the lead: it is told to come back, and keeps its place.
     far = admit(g, 1.0, key=179)
     assert far.verdict is Verdict.PACE
     [(again, at)] = serve(g, [far], 1.0)
-    assert again.verdict is Verdict.REJECT and at <= 2.0 and g.schedule.place_of(179, 2.0) is not None
+    assert again.verdict is Verdict.REJECT and at == pytest.approx(2.0) and g.schedule.place_of(179, 2.0) is not None
     assert g.stats.pacing.counts and sum(g.stats.pacing.counts) == 2  # a hold is counted once, not per wake-up
+
+
+def test_a_returner_held_through_a_drain_is_not_sent_away_by_a_wake_up_before_its_window_ends() -> None:
+    g = draining_with_places()
+    held = admit(g, 0.0, key=95)  # 1.9 s away at the head's pace (50/s), 0.475 s at the promise (200/s)
+    assert held.verdict is Verdict.PACE
+    # At 0.75 s it is 0.29 s away at the promise with 0.25 s of its window left, and 1.15 s away at the head's
+    # pace: past the lead. At its window's end it is 0.9 s away, within the lead: in, as a hold that slept
+    # its window out was. (Judged at that wake-up, it was told to come back and lost its turn.)
+    [(after, at)] = serve(g, [held], 0.0)
+    assert after.verdict is Verdict.ADMIT and at == pytest.approx(1.0)
+    assert g.schedule.place_of(95, 1.0) is None and g.stats.scheduled == 1 and g.waiters == 0
 
 
 def test_an_early_returner_is_tarpitted_keeps_its_place_and_the_horizon_stays() -> None:
@@ -395,6 +420,20 @@ def test_a_returner_held_for_its_place_goes_in_when_a_risen_h_brings_its_place_d
     assert after.verdict is Verdict.ADMIT
     due = 0.1 + (place - g._room(100.0) * 0.1) / g._room(400.0)  # the head's move at the old H, then the new
     assert at <= due + RECHECK and at < place / g._room(100.0) - 0.5  # half a second or more sooner
+
+
+def test_a_moment_s_dip_in_the_rate_turns_away_only_the_holds_whose_tokens_it_pushes_past_the_window() -> None:
+    h = Rate(100.0)
+    g = Gate(h, Settings(burst=1, max_pacing_delay=1.0, refresh_interval=0.1, growth=0.0), now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0) for _ in range(100)]  # one second of reservations at 100/s
+    # 70/s (a live estimator's drain, a tenant's share between reallocations) for 0.15 s: 4.5 tokens late.
+    done = serve(g, held, 0.0, rates=((0.2, h, 70.0), (0.35, h, 100.0)))
+    rejected = [at for d, at in done if d.verdict is Verdict.REJECT]
+    # Tokens up to 95.5 exist by the window's end (1 s): the last five are turned away, no more. Judged at the
+    # 0.25 s wake-up as if 70/s lasted, the last 24 were (their tokens lost), though 19 of them came in time.
+    assert len(rejected) == 5 and g.waiters == 0
+    assert rejected == pytest.approx([0.96, 0.97, 0.98, 0.99, 1.0])  # at the end of the wait each was given
 
 
 def test_holds_on_a_typed_in_rate_sleep_their_whole_wait() -> None:

@@ -183,6 +183,32 @@ def test_a_herd_whose_first_requests_came_as_newcomers_is_told_at_what_the_light
     assert 0.8 * bound <= max(d.retry_after for d in herd) <= 1.2 * bound
 
 
+def test_an_established_key_takes_along_only_its_own_requests_the_newcomers_pool_counted_this_interval() -> None:
+    tenants = table(200.0, interval=0.5)
+    tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("late"))
+    tenants.admit(1.0, DEFAULT, 0.1, lambda: None, scope("late"))  # two as a newcomer, in the first interval
+    for k in range(4):  # four keyless requests in the second: the newcomers' pool's own demand
+        tenants.admit(1.0, DEFAULT, 0.6 + k * 0.01, lambda: None, scope(None))
+    tenants.admit(1.0, DEFAULT, 0.7, lambda: None, scope("late"))  # established
+    # Its first two were the newcomers' pool's demand in the first interval, measured there; the four
+    # keyless requests of this one are not its. (Two of them were taken: the newcomers' demand read 2/s for 8/s.)
+    assert tenants.newcomers.asked == 4 and tenants.pool_of("late", 0.7).asked == 1
+
+
+def test_an_established_key_does_not_take_along_its_early_returns_the_newcomers_pool_did_not_count() -> None:
+    root = Gate(1.0, Settings(burst=1, max_pacing_delay=0.0, tarpit=0.0))
+    tenants = Tenants(Tenancy(establish=3, interval=60.0), root)
+    assert tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope(None)).verdict is Verdict.ADMIT
+    assert tenants.admit(1.0, DEFAULT, 0.0, lambda: "c", scope("late")).verdict is Verdict.REJECT
+    early = root.stats.early + sum(g.stats.early for g in tenants.gates(0.0))
+    assert tenants.admit(1.0, DEFAULT, 0.01, lambda: "c", scope("late")).verdict is Verdict.REJECT  # back at once
+    assert sum(g.stats.early for g in tenants.gates(0.01)) == early + 1  # ignoring Retry-After: no demand
+    assert tenants.newcomers.asked == 2  # the first request, and the client's first attempt
+    tenants.admit(1.0, DEFAULT, 0.02, lambda: None, scope(None))  # another newcomer's
+    tenants.admit(1.0, DEFAULT, 0.03, lambda: "d", scope("late"))  # the key's third: established
+    assert tenants.newcomers.asked == 2 and tenants.pool_of("late", 0.03).asked == 2
+
+
 def test_idle_pools_expire_and_the_table_is_bounded() -> None:
     tenants = table(max_tenants=50, establish=2, idle=10.0)
     for k in range(200):

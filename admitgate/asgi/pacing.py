@@ -59,19 +59,36 @@ async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope
     current: Decision | None = decision
     while current is not None and current.delay:
         if current.verdict is Verdict.REJECT:
-            await sleep(current.delay)
+            try:
+                await sleep(current.delay)
+            except BaseException:  # (cancelled: its tarpit slot comes back all the same)
+                gate.end_hold(current, clock(), gone=True)
+                raise
             current = gate.end_hold(current, clock())
             continue
+        # One watcher for the hold and all its wake-ups (a hold where the rate can move wakes every
+        # Gate.recheck s): a task group, a task and a read cancelled at each wake-up cost a hundred microseconds,
+        # four times a second for every held request.
+        held: Decision | None = current
+        over = False
         try:
             async with anyio.create_task_group() as watching:
                 if watched:
                     watching.start_soon(watch, watching.cancel_scope)
-                await sleep(current.delay)
+                while held is not None and held.verdict is Verdict.PACE and held.delay:
+                    await sleep(held.delay)
+                    held = gate.end_hold(held, clock())
+                over = True
                 watching.cancel_scope.cancel()
         except BaseException:
-            gate.end_hold(current, clock(), gone=True)
+            if held is not None and held.delay:  # (a hold, or the tarpit it ended in: its slot comes back)
+                gate.end_hold(held, clock(), gone=True)
             raise
-        current = gate.end_hold(current, clock(), gone)
+        if over:
+            current = held
+        else:  # the watcher ended the hold: the client left (or its read ended otherwise)
+            assert held is not None
+            current = gate.end_hold(held, clock(), gone)
     if first is None:
         return current, receive
     replayed = False

@@ -238,7 +238,10 @@ class Tenants:
         key = tenant_key(tenancy.key, trusted_hops, forwarded)
         self._key = _named(key) if callable(tenancy.key) else key  # (the built-in keys give names already)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
-        self._candidates: BoundedExpiringMap[list[int]] = BoundedExpiringMap(tenancy.max_tenants)
+        #: keys not established yet: [requests within ``window``, cost the newcomers' pool asked for them in
+        #: reallocation interval number ``round``, that ``round``]
+        self._candidates: BoundedExpiringMap[list[float]] = BoundedExpiringMap(tenancy.max_tenants)
+        self._round = 0  # reallocations so far (the interval the newcomers' pool's ``asked`` is of)
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
@@ -265,7 +268,8 @@ class Tenants:
             return root.admit(cost, priority, now, identify)
         if now >= self.next_rebalance:
             self.rebalance(now)
-        pool = self.pool_of(self.name(scope), now)
+        name = self.name(scope)
+        pool = self.pool_of(name, now)
         if not pool.awake:
             self._activate(pool, now)
         stats, pacer, schedule = pool.gate.stats, pool.gate.pacer, pool.gate.schedule
@@ -275,6 +279,8 @@ class Tenants:
         root.held_below += schedule.holders - held  # (a shared budget leases for the pools' places)
         if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
             pool.asked += cost
+            if pool is self.newcomers and name is not None:
+                self._asked_for(name, cost, now)
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
             root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
@@ -363,24 +369,36 @@ class Tenants:
         if pool is not None:
             return pool
         tenancy = self.tenancy
-        count = self._candidates.get(name, now)
-        if count is None:
-            count = [0]
-            self._candidates.put(name, count, now + tenancy.window, now)
-        count[0] += 1
-        if count[0] < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
+        candidate = self._candidates.get(name, now)
+        if candidate is None:
+            candidate = [0, 0.0, self._round]
+            self._candidates.put(name, candidate, now + tenancy.window, now)
+        candidate[0] += 1
+        if candidate[0] < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
             return self.newcomers
         self._candidates.pop(name, now)
         pool = self._pool(name, tenancy.weight(name), now)
         self._pools.put(name, pool, now + tenancy.idle, now)
-        # Its requests before this one were the newcomers' pool's demand; they are its own. Left there, a herd's
-        # first requests made the newcomers' pool ask as much as the herd's tenant for a reallocation or two,
-        # and the herd was told Retry-After by what that left (up to 22 s where 11 s does, in a test).
-        newcomers = self.newcomers
-        moved = min(newcomers.asked, float(count[0] - 1))
-        newcomers.asked -= moved
-        pool.asked += moved
+        # What the newcomers' pool asked for its requests before this one in this interval is its own demand.
+        # Left there, a herd's first requests made the newcomers' pool ask as much as the herd's tenant for a
+        # reallocation or two, and the herd was told Retry-After by what that left (up to 22 s where 11 s does,
+        # in a test). Only that: its requests in an earlier interval were measured there already, and its early
+        # returns were never counted (taken by their number instead, a key took the other newcomers' demand).
+        if candidate[2] == self._round:
+            newcomers = self.newcomers
+            moved = min(newcomers.asked, candidate[1])
+            newcomers.asked -= moved
+            pool.asked += moved
         return pool
+
+    def _asked_for(self, name: str, cost: float, now: float) -> None:
+        """The newcomers' pool asked ``cost`` for candidate key ``name`` (its pool, once established, takes it)."""
+        candidate = self._candidates.get(name, now)
+        if candidate is None:  # (forgotten: evicted, or the table is full)
+            return
+        if candidate[2] != self._round:
+            candidate[1], candidate[2] = 0.0, self._round
+        candidate[1] += cost
 
     def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
         """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
@@ -435,6 +453,7 @@ class Tenants:
         root, tenancy = self.root, self.tenancy
         elapsed = max(now - self._last, 1e-9)
         self._last, self.next_rebalance = now, now + tenancy.interval
+        self._round += 1
         mu = root.pacer.rate
         critical = (root.stats.critical - self._critical) / elapsed
         self._critical = root.stats.critical

@@ -101,6 +101,7 @@ class Decision:
     token: float | None = None  # PACE: the reserved token's place on the pacer's refill axis
     epoch: int = 0  # PACE: the pacer's epoch the token was reserved in
     since: float = 0.0  # PACE: when the hold began
+    until: float = 0.0  # PACE: when the wait it was given ends (its wake-ups before then only bring it in sooner)
     pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
 
 
@@ -389,7 +390,7 @@ class Gate:
             token = pacer.reserve(cost, now, longest, keep)
             if token is not None:
                 self._clear_at = now + max(0.0, -pacer.tokens(now)) / pacer.rate
-                return self._pace(pacer.due_in(token, now), key, cost, keep, None, token, now)
+                return self._pace(pacer.due_in(token, now), now, key, cost, keep, None, token, now)
         # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
         # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
         start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
@@ -413,7 +414,7 @@ class Gate:
         left = self.max_pacing_delay - (now - since)
         soon = min(due, (place[0] - schedule.head(now)) / self._promise)
         if soon <= left and self.waiters < self.max_waiters:
-            return self._pace(min(due, left), key, cost, keep, place, None, since, held=now > since)
+            return self._pace(min(due, left), now, key, cost, keep, place, None, since, held=now > since)
         if now > since and due <= self.lead:
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the share of H its place stands for would go unused.
@@ -433,19 +434,20 @@ class Gate:
         if token is None:
             left = self.max_pacing_delay - (now - since)
             if left > self.refresh_interval and self.waiters < self.max_waiters:
-                return self._pace(self.refresh_interval, key, cost, keep, place, None, since)
+                return self._pace(self.refresh_interval, now, key, cost, keep, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
         # (A place not yet due stays where it is: its token was reserved out of H's budget, which the head pays
         # back when it crosses the place. Released, the head skipped ahead of H and starved new arrivals.)
         schedule.forget(key, now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
-        return self._pace(wait, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
+        return self._pace(wait, now, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
 
-    def _pace(self, wait: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
+    def _pace(self, wait: float, now: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
-        """Hold for ``wait`` seconds (woken every :meth:`recheck` s to look again). ``held``: the request is held
-        already and holds on (a returner whose place is not due yet): counted once, when its hold began."""
+        """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
+        request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
+        began."""
         self.waiters += 1
         if not held:
             pacing = self.stats.pacing
@@ -454,7 +456,7 @@ class Gate:
             if self.probes is not None:
                 self.probes.limited()
         return Decision(Verdict.PACE, min(wait, self.recheck), 0, self.schedule.rate, key, cost, keep, place, token,
-                        self.pacer.epoch, since)  # fmt: skip
+                        self.pacer.epoch, since, now + wait)  # fmt: skip
 
     @property
     def recheck(self) -> float:
@@ -504,7 +506,8 @@ class Gate:
         """A hold is over at ``now``: what next. ``gone``: the client went away while held.
 
         After the tarpit, the same rejection (send it). After pacing: ADMITTED once the request's
-        token exists or its place in the schedule is due. If the rate or H fell while it was held, it
+        token exists or its place in the schedule is due. A wake-up before the end of the wait it was given
+        (:attr:`Decision.until`) holds it on otherwise. If the rate or H fell while it was held, it
         reserves again (or waits on for its place) while its total hold stays within
         ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
         place kept. None if the client went away (its token, of the current epoch and reserved last, is
@@ -530,6 +533,8 @@ class Gate:
             if token is not None and current:
                 pacer.refund(decision.cost, now, token)
             return None
+        if now < decision.until - DUE_SLACK and (token is None or current):
+            return self._woken(decision, now)
         if token is None:  # a returning client held for its place
             assert decision.key is not None and decision.place is not None
             return self._returning(decision.key, decision.place, decision.cost, decision.keep, now, decision.since)
@@ -545,11 +550,31 @@ class Gate:
             return ADMITTED
         if due + (now - decision.since) <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
-            return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch)
+            return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch,
+                                       until=now + due)  # fmt: skip
         # The rate fell (less than a deep cut) and its token would come too late: it waits at the head of the
         # schedule instead. Its token is not refunded (the reservations behind it keep their places): one
         # token of capacity goes unused once, which is safer than letting two requests share it.
         return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
+
+    def _woken(self, decision: Decision, now: float) -> Decision:
+        """A hold woken before the end of the wait it was given (see :data:`RECHECK`): in if its token exists or
+        its place is due at the rate in force, else held on to the end of that wait, where it is judged as a hold
+        that slept it out. A wake-up only brings a hold in sooner: judged on the rate of a moment (a live
+        estimator's drain, a tenant's share between reallocations, a shared budget's grant), the tail of a
+        pacing queue was turned away at a dip its tokens would have ridden out, and a returner held through a
+        drain was sent away before the lead let it in at its window's end."""
+        if decision.token is None:  # a returning client held for its place
+            assert decision.key is not None and decision.place is not None
+            due = self.schedule.due_in(decision.place[0], now)
+            if due <= DUE_SLACK:
+                return self._turn(decision.key, decision.place, decision.cost, decision.keep, now, decision.since)
+        else:
+            due = self.pacer.due_in(decision.token, now)
+            if due <= DUE_SLACK:
+                return ADMITTED
+        self.waiters += 1
+        return dataclasses.replace(decision, delay=min(due, decision.until - now, self.recheck))
 
     def __repr__(self) -> str:
         return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"
