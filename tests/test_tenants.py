@@ -209,6 +209,24 @@ def test_an_established_key_does_not_take_along_its_early_returns_the_newcomers_
     assert tenants.newcomers.asked == 2 and tenants.pool_of("late", 0.03).asked == 2
 
 
+def test_a_tenant_whose_demand_surges_is_measured_again_once_it_turns_clients_away() -> None:
+    """A herd's tenant woke at a third of the capacity (beside the newcomers' pool and a small tenant) and kept
+    that rate until the next reallocation, up to half a second, holding the herd's first wave at it."""
+    tenants = table(200.0)
+    for k in range(50):  # the small tenant asks 10/s
+        tenants.admit(1.0, DEFAULT, k / 10, lambda: None, scope("small"))
+    now, first = 5.0, None
+    for k in range(400):  # a herd, a request a millisecond
+        now = 5.0 + k * 1e-3
+        d = tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("herd"))
+        if first is None and d.verdict is Verdict.REJECT:
+            first = now
+    assert first is not None
+    herd = tenants.pool_of("herd", now)
+    assert tenants._last <= first + 0.5 * 0.1 + 0.01  # reallocated within a tenth of the interval of it
+    assert herd.share.value >= 0.9 * (200 - 10 * 1.25 - 1)  # and given what the small one leaves
+
+
 def test_idle_pools_expire_and_the_table_is_bounded() -> None:
     tenants = table(max_tenants=50, establish=2, idle=10.0)
     for k in range(200):

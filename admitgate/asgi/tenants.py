@@ -284,6 +284,12 @@ class Tenants:
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
             root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
+            if pool.demand < pool.share.value:
+                # It turns clients away below the demand it was measured at: its demand has surged since (a herd
+                # landing on it). Measure it again soon, not up to a whole interval from now: until then it
+                # keeps the rate of its old demand (a herd's tenant woke at a third of the capacity, beside the
+                # newcomers' pool and a small tenant, and held the first wave at that rate).
+                self.next_rebalance = min(self.next_rebalance, max(now, self._last + self.tenancy.interval * EARLY))
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
 
     def _activate(self, pool: Pool, now: float) -> None:
