@@ -378,6 +378,34 @@ def test_a_grant_goes_on_refilling_through_a_lease_a_second_late(redis_server) -
     asyncio.run(run())
 
 
+def test_a_replica_keeps_its_grant_while_requests_are_held_for_tokens_it_reserved(redis_server) -> None:
+    """Requests held for tokens reserved ahead (the pacer's debt) were given their times at the grant's rate.
+    At the end of the fleet herd the schedule emptied while 80 tokens were owed, the lease asked for nothing
+    more, the grant fell to 10/s, and the last holds came due seconds late (told to come back in 1 s)."""
+
+    async def run() -> None:
+        clock = ManualClock(1000.0)
+        gate = Gate(200, Settings(burst=20), now=clock())
+        budget = RedisBudget(redis_server.url, name="t14", timeout=0.5)
+        budget.attach(gate, 200.0, clock)
+        gate.pacer.asked += 10  # 100/s asked in the last interval: twice that is leased
+        assert await budget.lease(clock())
+        rate = gate.pacer.rate
+        assert rate == pytest.approx(200.0)
+        tokens = [gate.pacer.reserve(1.0, clock(), 1.5) for _ in range(60)]  # held: due within 0.2 s at 200/s
+        assert None not in tokens
+        told = gate.pacer.due_in(tokens[-1], clock())
+        gate.pacer.asked -= 60  # (as if those had been asked before the last lease: nothing new is asked now)
+        budget._seen = gate.pacer.taken + gate.pacer.asked
+        clock.advance(0.1)
+        assert await budget.lease(clock())
+        assert gate.pacer.rate == pytest.approx(rate)  # the grant stays while tokens are owed (was 10/s)
+        assert gate.pacer.due_in(tokens[-1], clock()) <= told - 0.1 + 1e-6  # the last hold is due when told
+        await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)

@@ -6,7 +6,8 @@ path never waits for the network. What is shared is where the local tokens come 
 
 * refills the shared bucket at the fleet's rate, using Redis ``TIME`` as the one clock;
 * grants this replica the tokens it may use in the next interval (twice its recent demand, so demand
-  can double between leases without a refusal); when the replicas together want more
+  can double between leases without a refusal; while requests are held for tokens reserved ahead, at least
+  the rate they were reserved at); when the replicas together want more
   than an interval's refill, each gets its demand-weighted share of it, so the first to ask does not
   starve the others;
 * records the replica as alive for ``ttl`` seconds, with its own estimate of μ, its λ_new, the backlog
@@ -236,6 +237,12 @@ class RedisBudget:
             want = (share + new + math.sqrt(new)) * self.lease_interval
         else:
             want = max(1.0, demand * self.lease_interval * self.lease_margin)
+        # Requests held for tokens reserved ahead (the pacer's debt) were given their times at the rate of the
+        # last grant, and that rate is asked for again while they are owed. Leased by the schedule's share alone,
+        # the grant fell as the schedule emptied (to 10/s with 80 tokens owed at the end of the fleet herd), and
+        # the last holds, their tokens late, were told to come back in a second.
+        owed = max(0.0, -gate.pacer.tokens(at))
+        want = max(want, min(owed, self._grant_rate * self.lease_interval))
         mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
         probes = gate.probes
         summary = f"{mine:.6g}"
