@@ -496,6 +496,7 @@ class Tenants:
         if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
             root.held_below = sum(pool.gate.schedule.holders for pool in pools)
             root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
+            root.owed_below = math.fsum(max(0.0, -pool.gate.pacer.tokens(now)) for pool in pools)
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total
