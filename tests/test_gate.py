@@ -404,6 +404,22 @@ def test_holds_go_in_when_a_risen_rate_brings_their_tokens_sooner_and_the_bucket
         assert sum(t <= at for t in times) <= 1 + 100 * min(at, 0.1) + 400 * max(0.0, at - 0.1) + 1e-9
 
 
+def test_holds_read_a_risen_rate_at_their_wake_ups_when_no_new_request_comes_to_refresh_it() -> None:
+    """A tenant's pool whose clients are all held (a herd that arrived at once) is decided again only at their
+    wake-ups: its share, raised by a reallocation, was read at the next new request, and the herd went in at the
+    pool's first rate while the estimator, seeing no queue, grew on (to 354/s against 200 in the simulator's
+    tenant herd, which then drained at 1.15 of the bound, now 1.11)."""
+    h = Rate(100.0)
+    g = Gate(h, Settings(burst=1, max_pacing_delay=1.0, refresh_interval=0.1, growth=0.0), now=0.0)
+    admit(g, 0.0)
+    held = [admit(g, 0.0) for _ in range(100)]  # one second of reservations at 100/s
+    h.value = 400.0  # nobody refreshes the gate: only the holds' wake-ups (from 0.25 s) come to it
+    done = serve(g, held, 0.0)
+    assert all(d.verdict is Verdict.ADMIT for d, _ in done)
+    times = sorted(at for _, at in done)
+    assert times[-1] == pytest.approx(0.1 + 90 / 400)  # read at the wake-up at 0.1 s: where it slept to 1.0
+
+
 def test_a_returner_held_for_its_place_goes_in_when_a_risen_h_brings_its_place_due() -> None:
     h = Rate(100.0)
     g = Gate(h, Settings(burst=1, max_pacing_delay=2.0, max_waiters=0, refresh_interval=0.1, growth=0.0), now=0.0)

@@ -527,6 +527,8 @@ class Gate:
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
             return dataclasses.replace(decision, delay=0.0)
+        if now >= self.next_refresh:  # (a tenant's pool whose clients are all held reads its share only here)
+            self.refresh(now)
         self.waiters -= 1
         token, pacer = decision.token, self.pacer
         current = decision.epoch == pacer.epoch
