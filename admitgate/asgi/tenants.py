@@ -176,20 +176,29 @@ class Tenancy:
 
 
 class Share:
-    """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): the rate its pacer
-    refills at (requests/s), the ``capacity`` its Retry-After is told at (see :meth:`Pool.set_share`), its
-    ``entitlement`` (its weighted share among the tenants asking: the ``q`` its rate-limit fields show), and
-    ``whole``: how many times the replica's share the fleet's H is, with a shared budget (1 without), so that
-    the pool judges a collapse as the root does (see :attr:`Gate.promise`)."""
+    """A pool's rate source (a :class:`~admitgate.limit.capacity.Capacity` its gate reads): ``value``, its share
+    of the capacity ``basis`` (both requests/s, as of the last reallocation), which its pacer refills at scaled
+    by what the ``root``'s rate is now over ``basis``; the ``capacity`` its Retry-After is told at (see
+    :meth:`Pool.set_share`), its ``entitlement`` (its weighted share among the tenants asking: the ``q`` its
+    rate-limit fields show), and ``whole``: how many times the replica's share the fleet's H is, with a shared
+    budget (1 without), so that the pool judges a collapse as the root does (see :attr:`Gate.promise`).
 
-    __slots__ = ("capacity", "entitlement", "growth", "value", "whole")
+    A live estimator's start-up doubles μ in a second: pools that followed it only at each reallocation held
+    admissions below the rate it was testing, so it grew on (to 1.5 times the capacity in the simulator's
+    tenant herd) and then drained the queue it had built. With a shared budget the root's rate is its lease,
+    which moves with every grant (10/s between herds): there the pools keep their shares until the next
+    reallocation (followed, the fleet's tenant herd drained at 1.17-1.19 where it drains at 1.13-1.14)."""
 
-    def __init__(self, value: float, capacity: float, growth: float) -> None:
+    __slots__ = ("basis", "capacity", "entitlement", "growth", "root", "value", "whole")
+
+    def __init__(self, value: float, capacity: float, growth: float, root: Gate, basis: float) -> None:
         self.value, self.capacity, self.entitlement, self.growth = value, capacity, capacity, growth
+        self.root, self.basis = root, basis
         self.whole = 1.0
 
     def rate(self, now: float) -> float:
-        return self.value
+        root = self.root
+        return self.value * root.pacer.rate / self.basis if self.basis > 0 and root.backend is None else self.value
 
 
 class Pool:
@@ -246,6 +255,7 @@ class Tenants:
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
         self._assigned = 0.0  # the sum of the pools' rates, requests/s
         self._used = 0.0  # the sum of the pools' uses (Pool.use), requests/s, in what Retry-After is told by
+        self._mu = root.pacer.rate  # μ as of the last reallocation, requests/s (the pools' shares are of it)
         self._available = root.pacer.rate  # μ less critical traffic, requests/s, as of the last reallocation
         #: what Retry-After is told by over ``_available`` (see rebalance), as of the last reallocation
         self._scale = 1.0
@@ -414,7 +424,7 @@ class Tenants:
 
     def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
-        share = Share(entitlement, entitlement, self.root.growth)
+        share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu)
         gate = Gate(share, self._settings, now=now)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
         gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
@@ -460,7 +470,7 @@ class Tenants:
         elapsed = max(now - self._last, 1e-9)
         self._last, self.next_rebalance = now, now + tenancy.interval
         self._round += 1
-        mu = root.pacer.rate
+        mu = self._mu = root.pacer.rate
         critical = (root.stats.critical - self._critical) / elapsed
         self._critical = root.stats.critical
         available = self._available = max(mu - critical, mu * MIN_SHARE)
@@ -517,6 +527,7 @@ class Tenants:
         spare: list[tuple[float, int, Pool]] = []
         for index, pool in enumerate(pools):
             pool.share.growth, pool.share.whole = growth, whole
+            pool.share.basis = mu
             if index in shares:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
