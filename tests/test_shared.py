@@ -435,6 +435,48 @@ def test_a_replica_keeps_its_grant_while_its_tenants_requests_are_held_for_token
     asyncio.run(run())
 
 
+def test_a_replica_whose_lease_is_late_refills_at_its_fail_open_share_and_pays_it_back(redis_server) -> None:
+    """A herd landing on an idle replica (granted 10/s) keeps its event loop from leasing for 0.9 s on the fleet
+    herd. From ``LATE`` intervals on it refills at 1/N of the fleet's rate, as it would with Redis unreachable,
+    and the next lease pays back what it refilled beyond its grant."""
+
+    async def run() -> None:
+        clock = ManualClock(1000.0)
+        gates = [Gate(200, Settings(burst=20), now=clock()) for _ in range(2)]
+        budgets = [RedisBudget(redis_server.url, name="t16", timeout=0.5) for _ in range(2)]
+        for budget, gate in zip(budgets, gates, strict=True):
+            budget.attach(gate, 200.0, clock)
+        for budget in budgets:
+            assert await budget.lease(clock())
+        idle, gate = budgets[0], gates[0]
+        assert await idle.lease(clock())  # nothing asked: one token an interval
+        assert idle.replicas == 2 and gate.pacer.rate == pytest.approx(10.0)
+        sent: list[list[object]] = []
+        script = idle._script
+
+        async def recorded(keys: list[str], args: list[object]) -> object:
+            sent.append(args)
+            return await script(keys=keys, args=args)
+
+        idle._script = recorded
+        clock.advance(0.2)
+        gate.next_refresh = clock()
+        gate.refresh(clock())
+        assert gate.pacer.rate == pytest.approx(10.0)  # 2 intervals late: not yet
+        clock.advance(0.15)
+        gate.next_refresh = clock()
+        gate.refresh(clock())
+        assert gate.pacer.rate == pytest.approx(100.0)  # 3.5 intervals late: 1/N of the fleet's 200/s
+        clock.advance(0.15)
+        assert await idle.lease(clock())
+        assert sent[-1][9] == pytest.approx(10.0 * (0.5 - 0.1) + 90.0 * 0.15)  # the overdraft it pays back
+        assert gate.pacer.rate == pytest.approx(10.0)  # its new grant
+        for budget in budgets:
+            await budget.stop()
+
+    asyncio.run(run())
+
+
 def test_fail_closed_admits_nothing() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)

@@ -30,10 +30,12 @@ trip per replica per interval, whatever the request rate: at 1,000 decisions/s p
 may run one burst into debt (leases arrive a little early or late). A grant whose next lease is late goes on
 refilling for up to ``GRACE`` intervals; the next lease pays back what it refilled beyond its interval, first
 out of what the shared bucket spilt over its cap since this replica's last lease (tokens nobody was granted),
-then out of the bucket. So in any window of T seconds the
-fleet admits at most ``rate·T + 2·burst + N·local_burst``: the shared bucket's bound with its debt, plus
-one local bucket per replica. The local burst is the fleet burst divided by the number of live
-replicas.
+then out of the bucket. A replica whose lease is ``LATE`` intervals late while its grant is below 1/N of the
+fleet's rate (a herd landing on an idle replica whose event loop is busy with the herd's connections) refills
+at that 1/N meanwhile, as it would with Redis unreachable, and that is paid back the same way. So in any
+window of T seconds that ends after the late leases in it have paid, the fleet admits at most
+``rate·T + 2·burst + N·local_burst``: the shared bucket's bound with its debt, plus one local bucket per
+replica. The local burst is the fleet burst divided by the number of live replicas.
 
 **Faults are a mode, not an error.** Each call has a deadline (``timeout``, 20 ms by default). A
 loopback round trip takes about 0.1 ms, but under full load the event loop itself answers late. At 5
@@ -70,6 +72,9 @@ log = logging.getLogger("admitgate")
 #: told to come back in 1 s, and their returns delayed its leases further (four rounds in ten drained at
 #: 1.6-2.2 times the bound; none at ten intervals).
 GRACE = 10.0
+#: A lease this many intervals late while the grant is below the replica's fail-open share (1/N of the fleet's
+#: rate) refills at that share until it comes (see RedisBudget.overdue).
+LATE = 3.0
 STOP_RETRY = 0.05  # seconds between cancellations of a lease loop that did not end (see RedisBudget.stop)
 
 #: The lease script (``lease.lua``, shipped beside this module as package data).
@@ -144,6 +149,8 @@ class RedisBudget:
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
         self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
         self._grant_rate = self._grant_at = self._grant_until = 0.0  # the last grant: tokens/s, from, until
+        self._borrowed_at: float | None = None  # since when it refills at its fail-open share (a late lease)
+        self._borrowed_rate = 0.0
         self.fleet_rate: float | None = None  # what the shared bucket refills at
         self.replicas = 1
         self.degraded = False  # running on the local fallback
@@ -212,6 +219,22 @@ class RedisBudget:
         total = self.fleet_backlog - self._backlog + backlog  # others as of the last lease, this one now
         return fleet * backlog / total if backlog > 0 and total > backlog else fleet
 
+    def overdue(self, now: float) -> None:
+        """The gate's refresh at ``now``: if the next lease is more than ``LATE`` intervals late (an event loop busy
+        with a herd's connections) and the grant is below this replica's fail-open share (1/N of the fleet's
+        rate), refill at that share until it comes; that lease pays back what was refilled beyond the grant, as
+        for any late lease. A replica granted the 10/s of an idle one when a herd lands on it otherwise admits
+        10/s until its next lease, 0.9 s later on the fleet herd, while it would run at 1/N of the fleet's rate
+        with Redis unreachable."""
+        if self._borrowed_at is not None or self.degraded or self.round_trips == 0 or self._gate is None:
+            return
+        if now - self._grant_at <= LATE * self.lease_interval or now >= self._grant_until:
+            return
+        share = (self.fleet_rate or 0.0) / max(1, self.replicas)
+        if share > self._grant_rate:
+            self._borrowed_at, self._borrowed_rate = now, share
+            self._gate.pacer.set_grant(share, now, self._grant_until)
+
     def _demand(self) -> float:
         """Tokens per second this replica's requests asked for since the last lease: taken at once, asked to
         reserve (granted or not), or charged (critical), in the gate or in its tenants' pools. A client told
@@ -252,7 +275,10 @@ class RedisBudget:
         pacer = gate.pacer
         # The last grant went on refilling past its interval while this lease was late (a busy event loop):
         # what it refilled beyond the grant is owed to the shared bucket.
-        overdraft = self._grant_rate * max(0.0, min(at, self._grant_until) - self._grant_at - self.lease_interval)
+        end = min(at, self._grant_until)
+        overdraft = self._grant_rate * max(0.0, end - self._grant_at - self.lease_interval)
+        if self._borrowed_at is not None:  # (and what it refilled at its fail-open share beyond the grant)
+            overdraft += (self._borrowed_rate - self._grant_rate) * max(0.0, end - self._borrowed_at)
         args = [want, self.replica, summary, self._fixed, self._burst, self.ttl, self.lease_interval, backlog,
                 new, overdraft]  # fmt: skip
         try:
@@ -270,7 +296,7 @@ class RedisBudget:
         self.fleet_rate, self.replicas = rate, max(1, replicas)
         at = self.clock()
         pacer.set_burst(max(1.0, self._burst / self.replicas), at)
-        self._grant_rate, self._grant_at = granted / self.lease_interval, at
+        self._grant_rate, self._grant_at, self._borrowed_at = granted / self.lease_interval, at, None
         self._grant_until = at + self.lease_interval * GRACE
         pacer.set_grant(self._grant_rate, at, self._grant_until)
         return True
@@ -285,6 +311,7 @@ class RedisBudget:
                         type(exc).__name__ or exc, self.on_failure)  # fmt: skip
         self.degraded = True
         self._retry_at = now + self.cooldown
+        self._borrowed_at = None
         pacer = self.gate.pacer
         if self.on_failure == "open":
             share = (self.fleet_rate or pacer.rate) / max(1, self.replicas)

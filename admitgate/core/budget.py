@@ -19,3 +19,8 @@ class Budget(Protocol):
         """This replica's share of the fleet's shed rate H, requests/s, for a retry schedule ``backlog`` tokens
         long now; None while the fleet's figures are unknown (the replica's own H applies then)."""
         ...
+
+    def overdue(self, now: float) -> None:
+        """Called at each refresh of the gate (seconds, the gate's clock): a budget whose next lease is late may
+        adjust the pacer meanwhile."""
+        ...

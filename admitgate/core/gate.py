@@ -247,6 +247,7 @@ class Gate:
         shared = fleet = None
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
+            backend.overdue(now)
             shared = backend.headroom(self.backlog()[0])
             fleet = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
         elif rate != self.pacer.rate and 0 < rate < math.inf:
