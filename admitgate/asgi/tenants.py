@@ -506,7 +506,11 @@ class Tenants:
         if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
             root.held_below = sum(pool.gate.schedule.holders for pool in pools)
             root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
-            root.owed_below = math.fsum(max(0.0, -pool.gate.pacer.tokens(now)) for pool in pools)
+            owed = [(max(0.0, -pool.gate.pacer.tokens(now)), pool.gate.pacer.rate) for pool in pools]
+            root.owed_below = math.fsum(debt for debt, _ in owed)
+            # (a reallocation comes only with a request: counted until the next, an idle replica leased for a
+            # debt repaid long ago, at its last grant, for ever)
+            root.owed_until = now + max(debt / rate for debt, rate in owed)
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total

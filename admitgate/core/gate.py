@@ -217,8 +217,10 @@ class Gate:
         #: refresh take them in O(1), however many pools.
         self.held_below = 0
         self.new_below = 0.0
-        #: tokens the gates below owe to requests held for them (their pacers' debt), as of the last reallocation
+        #: tokens the gates below owe to requests held for them (their pacers' debt), as of the last reallocation,
+        #: and when their refills will have repaid it (seconds): a shared budget counts it only until then
         self.owed_below = 0.0
+        self.owed_until = now
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
