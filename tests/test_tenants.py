@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import tracemalloc
 from collections import Counter
 
@@ -441,6 +442,34 @@ def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion
     tenants.root.backend = object()  # type: ignore[assignment]  # a shared budget: μ is a lease, moving each 0.1 s
     for pool in pools:
         assert pool.share.rate(2.0) == values[pool.name]
+
+
+def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_shares_basis() -> None:
+    """A pool's share is of μ as of the last reallocation, and its pacer follows the root's rate in proportion;
+    its bucket is that same part of the root's burst. Sized by the root's rate now, a tenant woken after μ had
+    halved (and the pool it reclaimed from) got twice their parts: 40 tokens at once where the root's is 20."""
+
+    class Rate:
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def rate(self, now: float) -> float:
+            return self.value
+
+    source = Rate(200.0)
+    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    Run(tenants).send("a", 0, 1.8, 100).go()  # "a" holds all of 200/s (its demand, 100/s, and room to grow)
+    source.value = 100.0
+    tenants.root.next_refresh = 1.9
+    tenants.admit(1.0, DEFAULT, 1.9, lambda: None, scope("b"))  # μ halves; "b" wakes, before the next reallocation
+    assert tenants.next_rebalance > 1.9
+    awake = [pool for pool in tenants.pools(1.9) if pool.awake]
+    assert {pool.name for pool in awake} == {"a", "b"}
+    for pool in awake:
+        pool.gate.next_refresh = 1.9
+        pool.gate.refresh(1.9)
+    assert math.fsum(pool.gate.pacer.rate for pool in awake) <= tenants.root.pacer.rate + 1e-9
+    assert math.fsum(pool.gate.pacer.burst for pool in awake) <= tenants.root.pacer.burst + 1e-9  # (was 40)
 
 
 def test_a_tenant_established_while_the_capacity_is_idle_is_not_turned_away() -> None:

@@ -445,8 +445,10 @@ class Tenants:
         return max(entitlement * self._scale, self._told - others)
 
     def _burst(self, rate: float) -> float:
-        """A pool's bucket: its part of the root's burst, at least one token."""
-        return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
+        """A pool's bucket: its part of the root's burst, at least one token. ``rate`` is a share of μ as of the
+        last reallocation (see :class:`Share`): its part is of that μ, not of the root's rate now (after μ halved,
+        a pool woken between reallocations and the one it reclaimed from were given twice their parts)."""
+        return max(1.0, self.root.pacer.burst * rate / self._mu)
 
     def gates(self, now: float) -> list[Gate]:
         """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape)."""
