@@ -472,6 +472,41 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     assert math.fsum(pool.gate.pacer.burst for pool in awake) <= tenants.root.pacer.burst + 1e-9  # (was 40)
 
 
+def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_refresh_it() -> None:
+    """A herd held at once in its tenant's pool is decided again only at its wake-ups, which the pool's gate
+    ends (refreshing its rate), and its rate follows the root's. The root was refreshed only by a new request:
+    μ doubled, and the herd went in at the first μ to its last hold (0.5 s where 0.3 s does)."""
+
+    class Rate:
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def rate(self, now: float) -> float:
+            return self.value
+
+    source = Rate(100.0)
+    root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=1.0, refresh_interval=0.1))
+    tenants = Tenants(Tenancy(establish=1, interval=0.5), root)
+    held = [tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")) for _ in range(60)]
+    assert sum(d.verdict is Verdict.PACE for d in held) == 50  # its burst of 10 in; 50 tokens reserved at 100/s
+    source.value = 200.0  # the estimator doubles μ; nobody asks again
+    wakes = [(d.delay, i) for i, d in enumerate(held) if d.delay]
+    heapq.heapify(wakes)
+    last = 0.0
+    while wakes:
+        at, i = heapq.heappop(wakes)
+        after = root.end_hold(held[i], at)
+        assert after is not None
+        held[i] = after
+        if after.delay:
+            heapq.heappush(wakes, (at + after.delay, i))
+        else:
+            assert after.verdict is Verdict.ADMIT
+            last = max(last, at)
+    assert root.pacer.rate == 200.0
+    assert last == pytest.approx(0.1 + 40 / 200)  # read at the wake-up at 0.1 s: where it slept to 0.5
+
+
 def test_a_tenant_established_while_the_capacity_is_idle_is_not_turned_away() -> None:
     """The newcomers' pool held all of an idle capacity; a tenant established on its third request found no
     rate left until the next reallocation, and its fourth and fifth requests were rejected at 1e6/s."""
