@@ -474,6 +474,37 @@ def test_a_replica_whose_lease_is_late_refills_at_its_fail_open_share_and_pays_i
         for budget in budgets:
             await budget.stop()
 
+
+def test_a_replica_whose_tenants_owed_tokens_are_repaid_stops_asking_for_them(redis_server) -> None:
+    """The pools' debt is measured at each reallocation, which only a request brings: after a herd's last holds
+    went in and nobody asked again, the debt of the last reallocation was counted in every lease, and the idle
+    replica went on leasing its last grant (200/s) out of the fleet's bucket for ever."""
+
+    async def run() -> None:
+        clock = ManualClock(1000.0)
+        gate = Gate(200, Settings(burst=20), now=clock())
+        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=clock())
+        budget = RedisBudget(redis_server.url, name="t16", timeout=0.5)
+        budget.attach(gate, 200.0, clock)
+        gate.pacer.asked += 10
+        assert await budget.lease(clock())
+        pool = tenants.pool_of("big", clock())
+        tenants.rebalance(clock())
+        pacer = pool.gate.pacer
+        tokens = [pacer.reserve(1.0, clock(), 1.5) for _ in range(2 * round(pacer.burst + pacer.rate * 0.1))]
+        assert None not in tokens
+        tenants.rebalance(clock())
+        assert gate.owed_below > 0
+        repaid = clock() + max(pacer.due_in(token, clock()) for token in tokens)
+        for _ in range(12):  # no request, no reallocation: the pool's debt is repaid within 0.3 s
+            budget._seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.delegated
+            clock.advance(0.1)
+            await asyncio.sleep(0.1)  # (the shared bucket refills on Redis's clock)
+            assert await budget.lease(clock())
+        assert clock() > repaid + 0.5 and pacer.tokens(clock()) >= 0
+        assert gate.pacer.rate <= 10.0 + 1e-9  # one token an interval, as an idle replica asks (was 200/s)
+        await budget.stop()
+
     asyncio.run(run())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import tracemalloc
 from collections import Counter
 
@@ -441,6 +442,69 @@ def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion
     tenants.root.backend = object()  # type: ignore[assignment]  # a shared budget: μ is a lease, moving each 0.1 s
     for pool in pools:
         assert pool.share.rate(2.0) == values[pool.name]
+
+
+def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_shares_basis() -> None:
+    """A pool's share is of μ as of the last reallocation, and its pacer follows the root's rate in proportion;
+    its bucket is that same part of the root's burst. Sized by the root's rate now, a tenant woken after μ had
+    halved (and the pool it reclaimed from) got twice their parts: 40 tokens at once where the root's is 20."""
+
+    class Rate:
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def rate(self, now: float) -> float:
+            return self.value
+
+    source = Rate(200.0)
+    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    Run(tenants).send("a", 0, 1.8, 100).go()  # "a" holds all of 200/s (its demand, 100/s, and room to grow)
+    source.value = 100.0
+    tenants.root.next_refresh = 1.9
+    tenants.admit(1.0, DEFAULT, 1.9, lambda: None, scope("b"))  # μ halves; "b" wakes, before the next reallocation
+    assert tenants.next_rebalance > 1.9
+    awake = [pool for pool in tenants.pools(1.9) if pool.awake]
+    assert {pool.name for pool in awake} == {"a", "b"}
+    for pool in awake:
+        pool.gate.next_refresh = 1.9
+        pool.gate.refresh(1.9)
+    assert math.fsum(pool.gate.pacer.rate for pool in awake) <= tenants.root.pacer.rate + 1e-9
+    assert math.fsum(pool.gate.pacer.burst for pool in awake) <= tenants.root.pacer.burst + 1e-9  # (was 40)
+
+
+def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_refresh_it() -> None:
+    """A herd held at once in its tenant's pool is decided again only at its wake-ups, which the pool's gate
+    ends (refreshing its rate), and its rate follows the root's. The root was refreshed only by a new request:
+    μ doubled, and the herd went in at the first μ to its last hold (0.5 s where 0.3 s does)."""
+
+    class Rate:
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def rate(self, now: float) -> float:
+            return self.value
+
+    source = Rate(100.0)
+    root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=1.0, refresh_interval=0.1))
+    tenants = Tenants(Tenancy(establish=1, interval=0.5), root)
+    held = [tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")) for _ in range(60)]
+    assert sum(d.verdict is Verdict.PACE for d in held) == 50  # its burst of 10 in; 50 tokens reserved at 100/s
+    source.value = 200.0  # the estimator doubles μ; nobody asks again
+    wakes = [(d.delay, i) for i, d in enumerate(held) if d.delay]
+    heapq.heapify(wakes)
+    last = 0.0
+    while wakes:
+        at, i = heapq.heappop(wakes)
+        after = root.end_hold(held[i], at)
+        assert after is not None
+        held[i] = after
+        if after.delay:
+            heapq.heappush(wakes, (at + after.delay, i))
+        else:
+            assert after.verdict is Verdict.ADMIT
+            last = max(last, at)
+    assert root.pacer.rate == 200.0
+    assert last == pytest.approx(0.1 + 40 / 200)  # read at the wake-up at 0.1 s: where it slept to 0.5
 
 
 def test_a_tenant_established_while_the_capacity_is_idle_is_not_turned_away() -> None:

@@ -445,8 +445,10 @@ class Tenants:
         return max(entitlement * self._scale, self._told - others)
 
     def _burst(self, rate: float) -> float:
-        """A pool's bucket: its part of the root's burst, at least one token."""
-        return max(1.0, self.root.pacer.burst * rate / self.root.pacer.rate)
+        """A pool's bucket: its part of the root's burst, at least one token. ``rate`` is a share of μ as of the
+        last reallocation (see :class:`Share`): its part is of that μ, not of the root's rate now (after μ halved,
+        a pool woken between reallocations and the one it reclaimed from were given twice their parts)."""
+        return max(1.0, self.root.pacer.burst * rate / self._mu)
 
     def gates(self, now: float) -> list[Gate]:
         """Every live pool's gate, the newcomers' last (read-only: for a metrics scrape)."""
@@ -506,7 +508,11 @@ class Tenants:
         if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
             root.held_below = sum(pool.gate.schedule.holders for pool in pools)
             root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
-            root.owed_below = math.fsum(max(0.0, -pool.gate.pacer.tokens(now)) for pool in pools)
+            owed = [(max(0.0, -pool.gate.pacer.tokens(now)), pool.gate.pacer.rate) for pool in pools]
+            root.owed_below = math.fsum(debt for debt, _ in owed)
+            # (a reallocation comes only with a request: counted until the next, an idle replica leased for a
+            # debt repaid long ago, at its last grant, for ever)
+            root.owed_until = now + max(debt / rate for debt, rate in owed)
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total

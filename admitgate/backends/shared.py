@@ -264,7 +264,9 @@ class RedisBudget:
         # last grant, and that rate is asked for again while they are owed. Leased by the schedule's share alone,
         # the grant fell as the schedule emptied (to 10/s with 80 tokens owed at the end of the fleet herd), and
         # the last holds, their tokens late, were told to come back in a second.
-        owed = max(0.0, -gate.pacer.tokens(at)) + gate.owed_below  # (its tenants' pools' too)
+        owed = max(0.0, -gate.pacer.tokens(at))
+        if at < gate.owed_until:  # (its tenants' pools' too, as of the last reallocation, until it is repaid)
+            owed += gate.owed_below
         want = max(want, min(owed, self._grant_rate * self.lease_interval))
         mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
         probes = gate.probes

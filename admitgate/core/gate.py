@@ -217,8 +217,10 @@ class Gate:
         #: refresh take them in O(1), however many pools.
         self.held_below = 0
         self.new_below = 0.0
-        #: tokens the gates below owe to requests held for them (their pacers' debt), as of the last reallocation
+        #: tokens the gates below owe to requests held for them (their pacers' debt), as of the last reallocation,
+        #: and when their refills will have repaid it (seconds): a shared budget counts it only until then
         self.owed_below = 0.0
+        self.owed_until = now
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -514,10 +516,13 @@ class Gate:
         reserves again (or waits on for its place) while its total hold stays within
         ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
         place kept. None if the client went away (its token, of the current epoch and reserved last, is
-        refunded).
+        refunded). The rate is refreshed first when due (a tenant's hold: the root's, then its pool's, whose
+        share follows the root's rate): a herd held at once is decided again only at its wake-ups.
         """
         pool = decision.pool
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
+            if now >= self.next_refresh:  # (its rate follows this gate's: see admitgate.asgi.tenants.Share)
+                self.refresh(now)
             overflow, pacer, held = pool.stats.overflow, pool.pacer, pool.schedule.holders
             seen = pacer.taken + pacer.asked
             after = pool.end_hold(decision, now, gone)
