@@ -220,7 +220,8 @@ class Pool:
         self.use = 0.0  #: requests/s the others' promises count it to take: its demand, at most its entitlement (told)
 
     def set_share(self, rate: float, entitlement: float, burst: float, now: float, promise: float = 0.0) -> None:
-        """Refill at ``rate``; tell Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
+        """Refill at ``rate`` (of the capacity as of the last reallocation; scaled with it, see :class:`Share`); tell
+        Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
         ``promise`` is what it gets if it stays busy while the others use what they used."""
         share = self.share
         share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, promise, MIN_RATE)
@@ -462,7 +463,8 @@ class Tenants:
         """Measure each pool's demand and divide the capacity among them by weighted max-min water-filling.
 
         Each asking pool is given its fair share of the measured demands, and what they leave (when they
-        ask for less than the capacity) is divided among them by weight: these rates sum to the capacity.
+        ask for less than the capacity) is divided among them by weight: these rates sum to the capacity as of
+        the reallocation (between reallocations each follows it in proportion, see :class:`Share`).
         A pool given what it asks is given room to grow, up to ``demand × SLACK + 1`` but never beyond the
         rate per weight the most favoured pool gets, so its share does not wait for the next interval to
         grow; that room is not taken from the others (their floors stand), and what it admits in it is
