@@ -459,17 +459,17 @@ def test_a_replica_whose_lease_is_late_refills_at_its_fail_open_share_and_pays_i
             return await script(keys=keys, args=args)
 
         idle._script = recorded
-        clock.advance(0.2)
+        clock.advance(0.1)
         gate.next_refresh = clock()
         gate.refresh(clock())
-        assert gate.pacer.rate == pytest.approx(10.0)  # 2 intervals late: not yet
-        clock.advance(0.15)
+        assert gate.pacer.rate == pytest.approx(10.0)  # due now: not late yet
+        clock.advance(0.1)
         gate.next_refresh = clock()
         gate.refresh(clock())
-        assert gate.pacer.rate == pytest.approx(100.0)  # 3.5 intervals late: 1/N of the fleet's 200/s
-        clock.advance(0.15)
+        assert gate.pacer.rate == pytest.approx(100.0)  # 2 intervals late: 1/N of the fleet's 200/s
+        clock.advance(0.3)
         assert await idle.lease(clock())
-        assert sent[-1][9] == pytest.approx(10.0 * (0.5 - 0.1) + 90.0 * 0.15)  # the overdraft it pays back
+        assert sent[-1][9] == pytest.approx(10.0 * (0.5 - 0.1) + 90.0 * 0.3)  # the overdraft it pays back
         assert gate.pacer.rate == pytest.approx(10.0)  # its new grant
         for budget in budgets:
             await budget.stop()

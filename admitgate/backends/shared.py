@@ -73,8 +73,10 @@ log = logging.getLogger("admitgate")
 #: 1.6-2.2 times the bound; none at ten intervals).
 GRACE = 10.0
 #: A lease this many intervals late while the grant is below the replica's fail-open share (1/N of the fleet's
-#: rate) refills at that share until it comes (see RedisBudget.overdue).
-LATE = 3.0
+#: rate) refills at that share until it comes (see RedisBudget.overdue). A herd's first wave is decided within
+#: about 0.3 s of landing while the event loop holds the next lease back for 0.9 s: at three intervals the
+#: busy replica began refilling after its first wave was decided (no change on the fleet herd).
+LATE = 1.5
 STOP_RETRY = 0.05  # seconds between cancellations of a lease loop that did not end (see RedisBudget.stop)
 
 #: The lease script (``lease.lua``, shipped beside this module as package data).
