@@ -143,13 +143,18 @@ def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) ->
 BIG = {"type": "http", "headers": [(b"x-api-key", b"big")], "client": ("192.0.2.1", 4000)}
 
 
-def tenant_replica(url: str, name: str, establish: int = 1) -> tuple[Gate, Tenants, RedisBudget]:
-    """A replica's gate (200/s for the fleet) with tenants keyed by ``x-api-key``, leasing from ``url``."""
-    now = time.monotonic()
+def tenant_replica(url: str, name: str, establish: int = 1, clock: ManualClock | None = None
+                   ) -> tuple[Gate, Tenants, RedisBudget]:  # fmt: skip
+    """A replica's gate (200/s for the fleet) with tenants keyed by ``x-api-key``, leasing from ``url``, on
+    ``clock`` (default: the real one)."""
+    now = time.monotonic() if clock is None else clock()
     gate = Gate(200, Settings(burst=20), now=now)
     tenants = Tenants(Tenancy(key="header:x-api-key", establish=establish), gate, now=now)
     budget = RedisBudget(url, name=name, timeout=0.5)
-    budget.attach(gate, 200.0)
+    if clock is None:
+        budget.attach(gate, 200.0)
+    else:
+        budget.attach(gate, 200.0, clock)
     return gate, tenants, budget
 
 
@@ -412,10 +417,7 @@ def test_a_replica_keeps_its_grant_while_its_tenants_requests_are_held_for_token
 
     async def run() -> None:
         clock = ManualClock(1000.0)
-        gate = Gate(200, Settings(burst=20), now=clock())
-        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=clock())
-        budget = RedisBudget(redis_server.url, name="t15", timeout=0.5)
-        budget.attach(gate, 200.0, clock)
+        gate, tenants, budget = tenant_replica(redis_server.url, "t15", clock=clock)
         gate.pacer.asked += 10
         assert await budget.lease(clock())
         rate = gate.pacer.rate
@@ -443,7 +445,7 @@ def test_a_replica_whose_lease_is_late_refills_at_its_fail_open_share_and_pays_i
     async def run() -> None:
         clock = ManualClock(1000.0)
         gates = [Gate(200, Settings(burst=20), now=clock()) for _ in range(2)]
-        budgets = [RedisBudget(redis_server.url, name="t16", timeout=0.5) for _ in range(2)]
+        budgets = [RedisBudget(redis_server.url, name="t17", timeout=0.5) for _ in range(2)]
         for budget, gate in zip(budgets, gates, strict=True):
             budget.attach(gate, 200.0, clock)
         for budget in budgets:
@@ -482,10 +484,7 @@ def test_a_replica_whose_tenants_owed_tokens_are_repaid_stops_asking_for_them(re
 
     async def run() -> None:
         clock = ManualClock(1000.0)
-        gate = Gate(200, Settings(burst=20), now=clock())
-        tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=clock())
-        budget = RedisBudget(redis_server.url, name="t16", timeout=0.5)
-        budget.attach(gate, 200.0, clock)
+        gate, tenants, budget = tenant_replica(redis_server.url, "t16", clock=clock)
         gate.pacer.asked += 10
         assert await budget.lease(clock())
         pool = tenants.pool_of("big", clock())

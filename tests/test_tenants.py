@@ -34,6 +34,16 @@ def table(rate: float = 100.0, **tenancy: object) -> Tenants:
     return Tenants(Tenancy(**tenancy), root)  # type: ignore[arg-type]
 
 
+class Rate:
+    """A capacity source whose rate a test sets by hand (requests/s)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def rate(self, now: float) -> float:
+        return self.value
+
+
 class Run:
     """Drive a table with requests at fixed rates on virtual time; count admissions per tenant.
 
@@ -417,14 +427,7 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
 def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion() -> None:
     """A live estimator's start-up doubles μ in a second. Pools that followed it only at each reallocation held
     admissions below the rate it was testing, so it grew on, to 1.5 times the capacity in the simulator's tenant
-    herd (drained at 1.104 of the bound, median of 16 seeds, worst 1.231; now 1.077, worst 1.111)."""
-
-    class Rate:
-        def __init__(self, value: float) -> None:
-            self.value = value
-
-        def rate(self, now: float) -> float:
-            return self.value
+    herd (drained at 1.104 of the bound, median of 16 seeds, worst 1.231; with it 1.077, worst 1.111)."""
 
     source = Rate(100.0)
     tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
@@ -449,13 +452,6 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     its bucket is that same part of the root's burst. Sized by the root's rate now, a tenant woken after μ had
     halved (and the pool it reclaimed from) got twice their parts: 40 tokens at once where the root's is 20."""
 
-    class Rate:
-        def __init__(self, value: float) -> None:
-            self.value = value
-
-        def rate(self, now: float) -> float:
-            return self.value
-
     source = Rate(200.0)
     tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
     Run(tenants).send("a", 0, 1.8, 100).go()  # "a" holds all of 200/s (its demand, 100/s, and room to grow)
@@ -476,13 +472,6 @@ def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_
     """A herd held at once in its tenant's pool is decided again only at its wake-ups, which the pool's gate
     ends (refreshing its rate), and its rate follows the root's. The root was refreshed only by a new request:
     μ doubled, and the herd went in at the first μ to its last hold (0.5 s where 0.3 s does)."""
-
-    class Rate:
-        def __init__(self, value: float) -> None:
-            self.value = value
-
-        def rate(self, now: float) -> float:
-            return self.value
 
     source = Rate(100.0)
     root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=1.0, refresh_interval=0.1))
