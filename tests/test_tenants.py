@@ -18,6 +18,7 @@ from admitgate.config import load
 from admitgate.core.fair import fair_shares
 from admitgate.core.gate import Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.core.settings import MIN_RATE
 from tests.test_middleware import call, http_scope
 
 DEFAULT = DEFAULT_CLASSES["default"]
@@ -464,8 +465,22 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     for pool in awake:
         pool.gate.next_refresh = 1.9
         pool.gate.refresh(1.9)
-    assert math.fsum(pool.gate.pacer.rate for pool in awake) <= tenants.root.pacer.rate + 1e-9
-    assert math.fsum(pool.gate.pacer.burst for pool in awake) <= tenants.root.pacer.burst + 1e-9  # (was 40)
+    assert math.fsum(pool.gate.pacer.rate for pool in awake) <= tenants.root.pacer.rate + MIN_RATE  # (b's floor)
+    assert math.fsum(pool.gate.pacer.burst for pool in awake) <= tenants.root.pacer.burst + 1  # (was 40; b's one)
+
+
+def test_a_waking_tenant_takes_back_only_what_the_others_do_not_use_in_requests_per_second_now() -> None:
+    """Between reallocations a share is a part of μ as of the last one (see Share), and what a pool uses is
+    measured in requests/s: a tenant woken after μ had halved cut the pool using all of it (100/s) to 63/s."""
+    source = Rate(200.0)
+    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    Run(tenants).send("a", 0, 1.8, 100).go()
+    source.value = 100.0
+    tenants.root.next_refresh = 1.9
+    tenants.admit(1.0, DEFAULT, 1.9, lambda: None, scope("b"))  # μ halves; "b" wakes, before the next reallocation
+    [a] = [pool for pool in tenants.pools(1.9) if pool.name == "a"]
+    assert a.demand == pytest.approx(100.0, rel=0.05)
+    assert a.share.rate(1.9) >= min(a.demand, tenants.root.pacer.rate) - 1e-9  # (was 63)
 
 
 def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_refresh_it() -> None:

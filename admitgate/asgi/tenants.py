@@ -197,8 +197,13 @@ class Share:
         self.whole = 1.0
 
     def rate(self, now: float) -> float:
+        return self.value * self.scale
+
+    @property
+    def scale(self) -> float:
+        """The root's rate now over ``basis`` (1 with a shared budget): what turns a share into requests/s now."""
         root = self.root
-        return self.value * root.pacer.rate / self.basis if self.basis > 0 and root.backend is None else self.value
+        return root.pacer.rate / self.basis if self.basis > 0 and root.backend is None else 1.0
 
 
 class Pool:
@@ -295,7 +300,7 @@ class Tenants:
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
             root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
-            if pool.demand < pool.share.value:
+            if pool.demand < pool.share.value * pool.share.scale:
                 # It turns clients away below the demand it was measured at: its demand has surged since (a herd
                 # landing on it). Measure it again soon, not up to a whole interval from now: until then it
                 # keeps the rate of its old demand (a herd's tenant woke at a third of the capacity, beside the
@@ -339,8 +344,8 @@ class Tenants:
         spare = self._spare
         while wanted > 0 and spare:
             other = spare[-1]
-            using = max(other.demand, other.asked / elapsed) * SLACK + 1.0
-            left = other.share.value - max(using, MIN_RATE)
+            using = max(other.demand, other.asked / elapsed) * SLACK + 1.0  # requests/s now: in the shares' units
+            left = other.share.value - max(using / other.share.scale, MIN_RATE)
             if other is waking or not other.awake or left <= 0:
                 spare.pop()  # nothing (more) to take from it until the next reallocation
                 continue
