@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from admitgate import AdmitGate, Identity, Quota, Settings
+from admitgate import AdmitGate, Identity, Quota, Settings, Tenancy
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +178,25 @@ def test_lifespan_runs_through_the_gate(serve) -> None:
     with serve(app) as base:
         assert httpx.get(base + "/").status_code == 200
     assert events == ["startup", "shutdown"]
+
+
+def test_a_lone_tenant_below_the_rate_is_never_turned_away(serve) -> None:
+    """32 connections of one API key on a server whose table's first reallocation fell due before its first
+    request (it was idle since start-up): every request is admitted. Its key's pool, established on its third
+    request, once found the newcomers' pool holding all of the capacity and rejected 32 of the first 1,600."""
+
+    async def go(base: str) -> list[int]:
+        async def one(client: httpx.AsyncClient) -> list[int]:
+            return [(await client.get("/", headers={"x-api-key": "acme"})).status_code for _ in range(20)]
+
+        clients = [httpx.AsyncClient(base_url=base) for _ in range(32)]
+        try:
+            return [code for codes in await asyncio.gather(*(one(c) for c in clients)) for code in codes]
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    with serve(starlette_app(rate=1e6, tenants=Tenancy(key="header:x-api-key"))) as base:
+        time.sleep(0.6)  # past the table's first reallocation (every 0.5 s, Tenancy.interval): idle since
+        codes = asyncio.run(go(base))
+    assert codes == [200] * 640

@@ -330,6 +330,11 @@ class Tenants:
         pool.use = min(pool.demand * SLACK + 1.0, entitlement * self._scale)
         self._used += pool.use
         pool.set_share(rate, entitlement, self._burst(rate), now, promise)
+        # What it does not use a tenant waking after it takes back (its use is measured as it asks). Left out of
+        # ``_spare`` until the next reallocation, the first pool to wake after an idle spell (the newcomers', on a
+        # key's first requests) held all of the capacity, and the key's own pool, established on its third
+        # request, was given nothing: rejected at a rate of 1e9/s, on a server's first 32 requests.
+        self._spare.append(pool)
         if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
             self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
 
@@ -337,9 +342,9 @@ class Tenants:
         """Take back up to ``wanted`` requests/s from pools whose rate exceeds what they use (their measured
         demand, or what they asked so far this interval, whichever is more, times ``SLACK`` plus one): a share
         nobody uses is no reason to turn a waking tenant away until the next reallocation. The sum of the
-        rates stays within the capacity. The pools are those each reallocation found with a rate above what
-        they use, most to spare last: each is looked at until it has nothing left to give, so the cost is
-        amortised O(1) per wake-up, however many pools exist."""
+        rates stays within the capacity. The pools are those the last reallocation found with a rate above what
+        they use, most to spare last, then those woken since (latest last): each is looked at until it has
+        nothing left to give, so the cost is amortised O(1) per wake-up, however many pools exist."""
         elapsed = max(now - self._last, self.tenancy.interval * EARLY)
         spare = self._spare
         while wanted > 0 and spare:
