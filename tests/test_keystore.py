@@ -61,3 +61,11 @@ def test_sweep_drops_expired_entries_from_the_old_end_and_counts_what_is_left() 
     assert m.get(2, 12.5) is None and m.get(3, 12.5) == 3
     assert len(m) == 8  # "late" expired too but waits behind live older entries: counted until it is reached
     assert m.sweep(30.0) == 0
+
+
+def test_entries_show_each_key_with_its_expiry_expired_ones_until_dropped() -> None:
+    store: BoundedExpiringMap[str] = BoundedExpiringMap(10)
+    store.put("a", "x", expires_at=5.0, now=0.0)
+    assert store.entries.get("a") == (5.0, "x")
+    assert store.entries.get("a") is not None and store.get("a", now=6.0) is None  # expired: get drops it
+    assert store.entries.get("a") is None

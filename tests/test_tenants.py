@@ -644,6 +644,32 @@ def test_the_fast_path_agrees_with_admit_under_steady_traffic_below_the_rate() -
     _side_by_side(one, two, [(0.013, "ab"[i % 2], 0) for i in range(300)])
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"x-api-key", b"a"), (b"x-api-key", b"b")],  # on two lines: one list, "a, b" (RFC 9110)
+        [(b"x-api-key", b"k" * 300)],  # longer than a name may be: its digest names it
+        [(b"x-api-key", b"")],  # empty: a newcomer
+        [(b"X-API-KEY", b"a")],  # (ASGI lower-cases names: this is some other header)
+        None,  # no headers at all (a mangled scope)
+        [(b"x-api-key",)],  # a mangled header
+    ],
+)
+def test_the_fast_path_reads_a_tenants_header_as_admit_does(headers: list[tuple[bytes, ...]] | None) -> None:
+    """Tenants.take reads a header key inline: what it admits at once is in the pool admit would choose, and a
+    scope it cannot read is left to admit (which never raises either)."""
+    one, two = table(rate=1000.0, establish=1), table(rate=1000.0, establish=1)
+    request = {"type": "http", "client": ("192.0.2.1", 4000)} | ({} if headers is None else {"headers": headers})
+    for k in range(5):
+        now = k * 0.01
+        decision = one.admit(1.0, DEFAULT, now, lambda: None, request)
+        if not two.take(request, 1.0, now):
+            assert two.admit(1.0, DEFAULT, now, lambda: None, request).verdict is decision.verdict
+        assert decision.verdict is Verdict.ADMIT
+    assert [(str(p.name), p.gate.pacer.taken) for p in one.pools(now)] == \
+        [(str(p.name), p.gate.pacer.taken) for p in two.pools(now)]  # fmt: skip
+
+
 def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | None, int]]) -> None:
     """Decide ``steps`` (seconds since the last, tenant, client) with admit on ``one`` and take-then-admit on
     ``two`` (two identical tables): the same answers, and the same state after every step."""

@@ -112,6 +112,7 @@ def tenant_key(spec: str | TenantFunc, trusted_hops: int = 0, forwarded: str = "
             name = value.decode("latin-1")
             return name if len(name) <= MAX_NAME else _name(name)  # (_name, inlined for the common case)
 
+        header.raw = raw  # type: ignore[attr-defined]  # (the header's name, lower-case: Tenants.take reads it)
         return header
     raise ConfigError("key", "must be 'address', 'header:<name>' or a function scope -> tenant name", spec)
 
@@ -253,6 +254,8 @@ class Tenants:
         key = tenant_key(tenancy.key, trusted_hops, forwarded)
         self._key = _named(key) if callable(tenancy.key) else key  # (the built-in keys give names already)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
+        self._raw: bytes | None = getattr(self._key, "raw", None)  # a header key's name (take reads it inline)
+        self._entry = self._pools.entries.get  # (for take: a pool's entry in one call, its expiry checked there)
         #: keys not established yet: [requests within ``window``, cost the newcomers' pool asked for them in
         #: reallocation interval number ``round``, that ``round``]
         self._candidates: BoundedExpiringMap[list[float]] = BoundedExpiringMap(tenancy.max_tenants)
@@ -375,14 +378,31 @@ class Tenants:
         This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
         if now >= self.root.next_refresh or now >= self.next_rebalance:
             return False
-        try:  # (self.name, inlined)
-            name = self._key(scope)
-        except Exception:
-            return False
-        pool = self.newcomers if name is None else self._pools.get(name, now)
-        if pool is None or not pool.awake:
-            return False
-        if now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
+        raw = self._raw
+        if raw is None:
+            try:  # (self.name, inlined)
+                name = self._key(scope)
+            except Exception:
+                return False
+        else:  # (the header's value, as tenant_key's function reads it, inlined: a sixth of this path's cost)
+            value = None
+            try:
+                for k, v in scope.get("headers") or ():
+                    if k == raw:
+                        value = v if value is None else value + b", " + v
+            except Exception:
+                return False
+            name = value.decode("latin-1") if value else None
+            if name is not None and len(name) > MAX_NAME:  # (a digest: admit names it)
+                return False
+        if name is None:
+            pool = self.newcomers
+        else:  # (self._pools.get, inlined: an expired entry is left for admit to drop)
+            entry = self._entry(name)
+            if entry is None or entry[0] <= now:
+                return False
+            pool = entry[1]
+        if not pool.awake or now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
             return False
         pool.asked += cost
         self.root.delegated += 1
