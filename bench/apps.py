@@ -44,11 +44,23 @@ def admitgate() -> Starlette:
 
 
 def admitgate_tenants() -> Starlette:
-    """Tenants on (keyed by x-api-key; the benchmark sends one), the static rate never binding: the tenant path."""
+    """Tenants on (keyed by x-api-key; the benchmark sends one), the static rate never binding: the tenant path
+    (the table opens once its tenants have been measured asking for less than half of the capacity)."""
     from admitgate import Tenancy
 
     app = _app()
     app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=Tenancy(key="header:x-api-key"))
+    return app
+
+
+def admitgate_tenants_closed() -> Starlette:
+    """As admitgate_tenants, with the table kept closed (``open_below=0``): every request decided in its tenant's
+    pool, as under contention."""
+    from admitgate import Tenancy
+
+    app = _app()
+    tenancy = Tenancy(key="header:x-api-key", open_below=0.0)
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=tenancy)
     return app
 
 

@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from admitgate.sim.serving import free_port, pin  # noqa: E402
 
-VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_tenants", "admitgate_static_metrics", "admitgate_live",
+VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_tenants", "admitgate_tenants_closed",
+            "admitgate_static_metrics", "admitgate_live",
             "admitgate_metrics",
             "prometheus_per_request",
             "slowapi", "slowapi_asgi"]  # fmt: skip
@@ -63,7 +64,7 @@ def cpu_seconds(pid: int) -> float:
 def wrk(url: str, duration: float, connections: int, pid: int | None = None) -> tuple[float, float]:
     """(requests/s, server CPU µs per request) for one bounded wrk run."""
     cores = ["taskset", "-c", "1"] if (os.cpu_count() or 1) > 1 else []
-    # Every variant gets the same header (a tenant's key): only admitgate_tenants reads it.
+    # Every variant gets the same header (a tenant's key): only the admitgate_tenants ones read it.
     cmd = [*cores, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "-H", "x-api-key: tenant-1", url]
     before = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30, check=True).stdout

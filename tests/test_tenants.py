@@ -31,8 +31,9 @@ def scope(name: str | None) -> dict[str, object]:
 
 
 def table(rate: float = 100.0, **tenancy: object) -> Tenants:
+    """A table at ``rate`` requests/s, closed unless ``open_below`` says (the pools' own contract)."""
     root = Gate(rate, Settings(tarpit=0.0))
-    return Tenants(Tenancy(**tenancy), root)  # type: ignore[arg-type]
+    return Tenants(Tenancy(**{"open_below": 0.0, **tenancy}), root)  # type: ignore[arg-type]
 
 
 class Rate:
@@ -209,7 +210,7 @@ def test_an_established_key_takes_along_only_its_own_requests_the_newcomers_pool
 
 def test_an_established_key_does_not_take_along_its_early_returns_the_newcomers_pool_did_not_count() -> None:
     root = Gate(1.0, Settings(burst=1, max_pacing_delay=0.0, tarpit=0.0))
-    tenants = Tenants(Tenancy(establish=3, interval=60.0), root)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=3, interval=60.0), root)
     assert tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope(None)).verdict is Verdict.ADMIT
     assert tenants.admit(1.0, DEFAULT, 0.0, lambda: "c", scope("late")).verdict is Verdict.REJECT
     early = root.stats.early + sum(g.stats.early for g in tenants.gates(0.0))
@@ -285,7 +286,7 @@ def test_newcomers_pool_is_not_a_tenant_name() -> None:
     ("field", "value"),
     [("key", "cookie"), ("key", "header:"), ("weights", {"a": 0}), ("weights", {"a": -1.0}), ("weights", [1]),
      ("max_tenants", 0), ("establish", 0), ("window", 0.0), ("interval", "1"), ("idle", -1.0),
-     ("classify", 3), ("newcomer_weight", 0)],
+     ("classify", 3), ("newcomer_weight", 0), ("open_below", 1.5), ("open_below", -0.1)],
 )  # fmt: skip
 def test_bad_tenancy_is_a_config_error_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field.split("_")[0]):
@@ -321,6 +322,57 @@ def test_under_overload_no_tenant_is_below_its_floor_and_the_sum_stays_within_th
     floors = fair_shares(100.0, dict(zip(names, demands, strict=True)), weight)
     for name in names:
         assert run.rate(name, 8, 20) >= 0.9 * floors[name] - 1
+
+
+# -- the open table -------------------------------------------------------------------------------
+def test_a_table_whose_tenants_ask_little_opens_and_admits_from_the_replicas_bucket_without_a_pool() -> None:
+    """Below the capacity there is nothing to share out: after SPAN quiet reallocations (the tenants established
+    and measured meanwhile) the table opens, and a request is admitted from the replica's bucket."""
+    tenants = table(rate=100.0, open_below=0.5, establish=1)
+    run = Run(tenants)
+    for k in range(6):  # 50/s from six tenants for 6 s
+        run.send(f"t{k}", k / 50, 6, 50 / 6)
+    run.go()
+    assert not tenants.closed and len(tenants) == 6
+    assert all(pool.asked == 0 for pool in tenants.pools(6.0))  # (none asked: nothing was decided there)
+    sent = sum(int((6 - k / 50) * 50 / 6) for k in range(6))
+    assert sum(run.admitted.values()) == sent and tenants.root.pacer.taken >= sent * 3 / 6  # the bucket's, from 1.5 s
+    assert tenants.limit_of(scope("t1"), 6.0) == (tenants.root.pacer, 100.0)  # (its fields: the replica's)
+
+
+def test_the_request_that_finds_the_open_bucket_empty_closes_the_table_and_the_shares_are_fair_from_there() -> None:
+    tenants = table(rate=100.0, open_below=0.5, establish=1)
+    Run(tenants).send("modest", 0.0, 3, 30).go()
+    assert not tenants.closed
+    run = Run(tenants).send("greedy", 3.0, 9, 400).send("modest", 3.0, 9, 30).go()
+    assert tenants.closed
+    assert run.rate("modest", 4, 9) >= 0.97 * 30  # all it asks (its fair share is 50/s)
+    assert run.rate("greedy", 4, 9) >= 0.9 * 70
+
+
+def test_the_table_opens_again_once_the_tenants_ask_little_and_nobody_is_turned_away() -> None:
+    tenants = table(rate=100.0, open_below=0.5, establish=1)
+    Run(tenants).send("greedy", 0.0, 2, 20).go()
+    assert not tenants.closed
+    Run(tenants).send("greedy", 2.0, 4, 400).go()
+    assert tenants.closed
+    Run(tenants).send("greedy", 4.0, 6, 20).go()  # a fifth of the capacity, while the flood's holds end
+    assert tenants.closed
+    Run(tenants).send("greedy", 6.0, 9, 20).go()  # SPAN quiet reallocations in a row
+    assert not tenants.closed
+
+
+def test_clients_turned_away_keep_the_table_closed_whatever_they_are_counted_to_ask() -> None:
+    """Requests that come back before their time are no demand; they are turned away, and that keeps the table
+    closed (open, they would take the replica's bucket first come, first served)."""
+    tenants = table(rate=100.0, open_below=0.5, establish=1)
+    now, k = 0.0, 0
+    while now < 6.0:  # 200/s from one client that ignores Retry-After, beside a modest tenant
+        tenants.admit(1.0, DEFAULT, now, lambda: "pest", scope("pest"))
+        if k % 10 == 0:
+            tenants.admit(1.0, DEFAULT, now, lambda k=k: k, scope("modest"))
+        now, k = now + 0.005, k + 1
+    assert tenants.closed and tenants.rejections > 100
 
 
 # -- the middleware and the configuration ---------------------------------------------------------
@@ -417,7 +469,7 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
 
     source = LiveCapacity(BandwidthDelay(seed=1), initial=10)
     root = Gate(source, Settings(tarpit=0.0))
-    tenants = Tenants(Tenancy(establish=1), root)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
     for i in range(50):  # far above 10/s at one instant: paced, then rejected
         tenants.admit(1.0, DEFAULT, 0.0, lambda i=i: i, scope("big"))
     probes = source.probes
@@ -431,7 +483,7 @@ def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion
     herd (drained at 1.104 of the bound, median of 16 seeds, worst 1.231; with it 1.077, worst 1.111)."""
 
     source = Rate(100.0)
-    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
     Run(tenants).send("a", 0, 2, 150).send("b", 0, 2, 30).go()
     pools = tenants.pools(2.0)
     values = {pool.name: pool.share.value for pool in pools}
@@ -454,7 +506,7 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     halved (and the pool it reclaimed from) got twice their parts: 40 tokens at once where the root's is 20."""
 
     source = Rate(200.0)
-    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
     Run(tenants).send("a", 0, 1.8, 100).go()  # "a" holds all of 200/s (its demand, 100/s, and room to grow)
     source.value = 100.0
     tenants.root.next_refresh = 1.9
@@ -473,7 +525,7 @@ def test_a_waking_tenant_takes_back_only_what_the_others_do_not_use_in_requests_
     """Between reallocations a share is a part of μ as of the last one (see Share), and what a pool uses is
     measured in requests/s: a tenant woken after μ had halved cut the pool using all of it (100/s) to 63/s."""
     source = Rate(200.0)
-    tenants = Tenants(Tenancy(establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
     Run(tenants).send("a", 0, 1.8, 100).go()
     source.value = 100.0
     tenants.root.next_refresh = 1.9
@@ -490,7 +542,7 @@ def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_
 
     source = Rate(100.0)
     root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=1.0, refresh_interval=0.1))
-    tenants = Tenants(Tenancy(establish=1, interval=0.5), root)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), root)
     held = [tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")) for _ in range(60)]
     assert sum(d.verdict is Verdict.PACE for d in held) == 50  # its burst of 10 in; 50 tokens reserved at 100/s
     source.value = 200.0  # the estimator doubles μ; nobody asks again
@@ -573,7 +625,7 @@ def test_a_waking_tenant_finds_the_spare_share_behind_any_number_of_idle_pools()
 def test_places_beyond_max_retry_after_in_a_tenants_schedule_are_counted_with_the_roots() -> None:
     """The schedule-overflow counter (metrics read the root's stats) covers the tenants' schedules."""
     root = Gate(10.0, Settings(tarpit=0.0, max_retry_after=5))
-    tenants = Tenants(Tenancy(establish=1), root)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
     decisions = [tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"c{k}", scope("a")) for k in range(200)]
     assert max(d.retry_after for d in decisions) <= 5
     pool = tenants.pool_of("a", 0.0)

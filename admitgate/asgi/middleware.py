@@ -154,8 +154,8 @@ class AdmitGate:
         self._take = self.gate.pacer.try_take
         self._book = self.gate.schedule.book
         self._tenant_take = None
-        if self.tenants is not None:  # no shared bucket: a bucket per tenant, and their own fast path
-            self._book, self._tenant_take = _TENANTS, self.tenants.take
+        if self.tenants is not None:  # the replica's bucket while the table is open, else the tenants' fast path
+            self._book, self._tenant_take = self.tenants.closed, self.tenants.take
         self._on_admit = self.headers.on_admit
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
             self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
@@ -389,11 +389,6 @@ class AdmitGate:
             return
         rejection = self.headers.rejection(decision.retry_after, decision.rate)
         await self.responses.refuse_handshake(scope, receive, send, *rejection)
-
-
-#: The root's book as the inlined fast path sees it with tenants: never empty, so a request goes on to its
-#: tenant's pool (the root gate's bucket and schedule are not the tenants').
-_TENANTS = ("tenants",)
 
 
 class _Misconfigured(AdmitGate):

@@ -37,7 +37,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, function, integer, number
 from ..core.fair import fair_shares
-from ..core.gate import Decision, Gate, Identify, Verdict
+from ..core.gate import ADMITTED, Decision, Gate, Identify, Verdict
 from ..core.keystore import BoundedExpiringMap
 from ..core.pacer import TokenPacer
 from ..core.priority import Priority
@@ -129,6 +129,10 @@ class Tenancy:
     are recomputed. ``idle``: a pool that asks nothing for this long expires. ``label``: a function ``name ->
     label`` naming a tenant in metrics (the most rejected ones are exported); by default a digest of the name,
     since a tenant key is often a secret (an API key): ``label=str`` shows names as they are.
+    ``open_below``: while the tenants together ask for less than this share of the capacity (for ``SPAN``
+    intervals, nobody turned away, held or holding a place), the table is *open*: a request is admitted from
+    the replica's bucket without looking its tenant up (there is nothing to share out), until one finds that
+    bucket empty. 0 keeps the table closed: every request is decided in its tenant's pool.
 
         Tenancy(key="header:x-api-key", weights={"premium": 3}, classify=lambda name: plans.get(name))
     """
@@ -143,6 +147,7 @@ class Tenancy:
     interval: float = 0.5
     idle: float = 30.0
     label: Callable[[str], str] | None = None
+    open_below: float = 0.5
 
     def __post_init__(self) -> None:
         tenant_key(self.key)
@@ -163,6 +168,7 @@ class Tenancy:
         number("newcomer_weight", self.newcomer_weight, 0.0, MAX_WEIGHT, above=True)
         number("interval", self.interval, 0.0, 60.0, above=True, unit="seconds")
         number("idle", self.idle, 0.0, 86_400.0, above=True, unit="seconds")
+        number("open_below", self.open_below, 0.0, 1.0)
 
     def weight(self, name: str) -> float:
         """The weight of tenant ``name``: its own, else its class's, else 1."""
@@ -276,6 +282,14 @@ class Tenants:
         #: pools whose rate was above what they use at the last reallocation, most to spare last (a waking
         #: pool takes back from them); at first the newcomers' pool, which holds all of the capacity
         self._spare: list[Pool] = [self.newcomers]
+        #: empty while the table is open (``Tenancy.open_below``), else one item. The middleware's admit path
+        #: reads its truthiness as it reads a schedule's book: while it is empty, the replica's bucket decides.
+        #: It starts closed: the tenants are established and measured before it first opens, so that a herd
+        #: closing it finds them there (opened at once, a small tenant met the herd as a newcomer).
+        self.closed: list[bool] = [True]
+        self.rejections = 0  #: requests the pools rejected so far
+        self._rejections = 0  # as of the last reallocation
+        self._calm = 0  # reallocations in a row that found the tenants asking little, nobody turned away or held
 
     # -- decisions ------------------------------------------------------------------------
     def admit(self, cost: float, priority: Priority, now: float, identify: Identify, scope: Scope) -> Decision:
@@ -287,6 +301,11 @@ class Tenants:
             return root.admit(cost, priority, now, identify)
         if now >= self.next_rebalance:
             self.rebalance(now)
+        if not self.closed:  # open: the replica's bucket, as Gate.admit's first branch takes it, or close
+            pacer = root.pacer
+            if pacer.try_take(cost, now, priority.reserve * pacer.burst):
+                return ADMITTED
+            self._close(now)
         name = self.name(scope)
         pool = self.pool_of(name, now)
         if not pool.awake:
@@ -302,6 +321,7 @@ class Tenants:
                 self._asked_for(name, cost, now)
         if decision.verdict is Verdict.REJECT:
             pool.rejected += 1
+            self.rejections += 1
             root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
             if pool.demand < pool.share.value * pool.share.scale:
                 # It turns clients away below the demand it was measured at: its demand has surged since (a herd
@@ -310,6 +330,20 @@ class Tenants:
                 # newcomers' pool and a small tenant, and held the first wave at that rate).
                 self.next_rebalance = min(self.next_rebalance, max(now, self._last + self.tenancy.interval * EARLY))
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
+
+    def _close(self, now: float) -> None:
+        """The open table's bucket is empty: from now on every request is decided in its tenant's pool, at the
+        shares of the last reallocation before it opened (each a part of μ, followed as μ moves: see
+        :class:`Share`); demand is measured from now."""
+        self.closed.append(True)
+        self._last, self._calm = now, 0
+        self.next_rebalance = now + self.tenancy.interval
+
+    def _open(self) -> None:
+        """Requests go to the replica's bucket until :meth:`_close`. The pools keep their shares and demands as
+        this reallocation left them: put to sleep, a small tenant met the herd that closed the table as a
+        waking pool beside it, and one of its requests in a hundred was turned away."""
+        self.closed.clear()
 
     def _activate(self, pool: Pool, now: float) -> None:
         """A pool idle until now asks: what the others leave unused, up to its entitlement, until the next
@@ -450,6 +484,8 @@ class Tenants:
     def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
         """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
         name = self.name(scope)
+        if not self.closed:
+            return self.root.pacer, self.root.pacer.rate
         pool = (None if name is None else self._pools.get(name, now)) or self.newcomers
         return pool.gate.pacer, pool.share.entitlement
 
@@ -513,6 +549,8 @@ class Tenants:
         # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
         told = max(available, root.promise - critical) if root.backend is not None else available
         self._scale, self._told = told / available, told
+        if not self.closed:  # open: nothing to share out until a request finds the replica's bucket empty
+            return
         pools = self.pools(now)
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
@@ -581,6 +619,12 @@ class Tenants:
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
         spare.sort(key=lambda item: (item[0], item[1]))
         self._spare = [pool for _, _, pool in spare]
+        rejections, self._rejections = self.rejections - self._rejections, self.rejections
+        quiet = math.fsum(demands.values()) < tenancy.open_below * available and not rejections and \
+            not any(pool.gate.waiters or pool.gate.schedule.holders for pool in pools)  # fmt: skip
+        self._calm = self._calm + 1 if quiet else 0
+        if self._calm >= SPAN and tenancy.open_below > 0:
+            self._open()
 
     def top(self, k: int, now: float) -> list[tuple[str, int, float]]:
         """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s), the newcomers'
