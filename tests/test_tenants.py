@@ -705,6 +705,7 @@ def test_the_fast_path_agrees_with_admit_under_steady_traffic_below_the_rate() -
         [(b"X-API-KEY", b"a")],  # (ASGI lower-cases names: this is some other header)
         None,  # no headers at all (a mangled scope)
         [(b"x-api-key",)],  # a mangled header
+        [(b"x-api-key", "a")],  # a mangled value (a str: admit names it a newcomer; take raised)
     ],
 )
 def test_the_fast_path_reads_a_tenants_header_as_admit_does(headers: list[tuple[bytes, ...]] | None) -> None:

@@ -424,9 +424,9 @@ class Tenants:
                 for k, v in scope.get("headers") or ():
                     if k == raw:
                         value = v if value is None else value + b", " + v
-            except Exception:
+                name = value.decode("latin-1") if value else None
+            except Exception:  # (a mangled scope: admit names it a newcomer; raised here, it failed the request)
                 return False
-            name = value.decode("latin-1") if value else None
             if name is not None and len(name) > MAX_NAME:  # (a digest: admit names it)
                 return False
         if name is None:
