@@ -375,6 +375,26 @@ def test_clients_turned_away_keep_the_table_closed_whatever_they_are_counted_to_
     assert tenants.closed and tenants.rejections > 100
 
 
+def test_a_pool_woken_as_the_table_closes_after_mu_moved_gets_its_share_in_the_units_of_the_others() -> None:
+    """Open, a reallocation shares nothing out, and the pools keep their shares: parts of μ as of the last one
+    before it opened (followed as μ moves, see Share). A pool that wakes as the table closes must be given its
+    part of that same μ. The open reallocations took μ and the capacity to share out anew: after μ doubled, the
+    waking pool was given half of the new capacity beside shares that still summed to the old one, which had
+    doubled meanwhile (300/s on a 200/s replica until the next reallocation)."""
+    source = Rate(100.0)
+    tenants = Tenants(Tenancy(establish=1, open_below=0.5), Gate(source, Settings(tarpit=0.0)))
+    Run(tenants).send("a", 0.0, 3, 20).go()
+    assert not tenants.closed
+    source.value = 200.0  # the estimator doubles μ while the table is open
+    Run(tenants).send("a", 3.0, 5, 20).go()
+    assert not tenants.closed
+    run = Run(tenants).send("a", 5.0, 5.4, 400).send("b", 5.0, 5.4, 400).go()
+    assert tenants.closed and len(tenants) == 2
+    rates = [pool.share.rate(5.4) for pool in tenants.pools(5.4) if pool.awake]
+    assert sum(rates) <= 200.0 * 1.01
+    assert run.admitted["a", 5] + run.admitted["b", 5] <= 200 + 2 * 10 + 2  # (the root's burst twice: the close)
+
+
 # -- the middleware and the configuration ---------------------------------------------------------
 def _app(clock: ManualClock, sleep, tenants: Tenancy | None) -> AdmitGate:
     async def ok(scope, receive, send):

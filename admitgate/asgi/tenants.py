@@ -540,17 +540,20 @@ class Tenants:
         elapsed = max(now - self._last, 1e-9)
         self._last, self.next_rebalance = now, now + tenancy.interval
         self._round += 1
-        mu = self._mu = root.pacer.rate
         critical = (root.stats.critical - self._critical) / elapsed
         self._critical = root.stats.critical
+        if not self.closed:  # open: nothing to share out until a request finds the replica's bucket empty
+            # The pools keep their shares, and μ and the capacity they are parts of stand with them: a pool woken
+            # as the table closes is given its part of that μ. (Taken anew here, after μ doubled the waking pool
+            # was given half of the new capacity beside shares still summing to the old one, which had doubled.)
+            return
+        mu = self._mu = root.pacer.rate
         available = self._available = max(mu - critical, mu * MIN_SHARE)
         # With a shared budget μ is this replica's lease, which follows what it admitted lately (an idle
         # replica's is 10/s); its clients are told by its share of the fleet's H. Told by the lease, a herd
         # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
         told = max(available, root.promise - critical) if root.backend is not None else available
         self._scale, self._told = told / available, told
-        if not self.closed:  # open: nothing to share out until a request finds the replica's bucket empty
-            return
         pools = self.pools(now)
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
