@@ -175,3 +175,12 @@ def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs
         for j in range(i, len(admitted)):
             total += admitted[j][1]
             assert total <= rate * (times[j] - times[i]) + burst + 1e-6
+
+
+def test_cap_leaves_at_most_so_many_tokens_and_keeps_a_debt() -> None:
+    pacer = TokenPacer(10.0, 5.0)
+    pacer.cap(2.0, 0.0)
+    assert pacer.tokens(0.0) == 2.0 and pacer.tokens(0.1) == 3.0
+    assert pacer.reserve(5.0, 0.1, 1.0) is not None and pacer.tokens(0.1) == -2.0
+    pacer.cap(1.0, 0.1)
+    assert pacer.tokens(0.1) == -2.0

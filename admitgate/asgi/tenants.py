@@ -334,15 +334,26 @@ class Tenants:
     def _close(self, now: float) -> None:
         """The open table's bucket is empty: from now on every request is decided in its tenant's pool, at the
         shares of the last reallocation before it opened (each a part of μ, followed as μ moves: see
-        :class:`Share`); demand is measured from now."""
+        :class:`Share`); demand is measured from now. Their buckets refilled while the replica's admitted: they
+        keep only their parts of what that one has left (the burst is spent; kept, a tenant that emptied the
+        replica's bucket each time the table opened had its pool's burst too, and over a minute 1.28 times the
+        capacity with a burst of 2 s of it, see :meth:`_open`)."""
+        root = self.root
+        left = max(0.0, root.pacer.tokens(now))
+        for pool in self.pools(now):
+            pacer = pool.gate.pacer
+            pacer.cap(left * pacer.burst / root.pacer.burst, now)
         self.closed.append(True)
         self._last, self._calm = now, 0
         self.next_rebalance = now + self.tenancy.interval
 
-    def _open(self) -> None:
+    def _open(self, pools: list[Pool], now: float) -> None:
         """Requests go to the replica's bucket until :meth:`_close`. The pools keep their shares and demands as
         this reallocation left them: put to sleep, a small tenant met the herd that closed the table as a
-        waking pool beside it, and one of its requests in a hundred was turned away."""
+        waking pool beside it, and one of its requests in a hundred was turned away. The replica's bucket, which
+        refilled while the pools admitted, keeps only what their buckets have left (as they keep only their parts
+        of its own when it closes: the tokens pass from one to the other, and the bound stands)."""
+        self.root.pacer.cap(math.fsum(max(0.0, pool.gate.pacer.tokens(now)) for pool in pools), now)
         self.closed.clear()
 
     def _activate(self, pool: Pool, now: float) -> None:
@@ -627,7 +638,7 @@ class Tenants:
             not any(pool.gate.waiters or pool.gate.schedule.holders for pool in pools)  # fmt: skip
         self._calm = self._calm + 1 if quiet else 0
         if self._calm >= SPAN and tenancy.open_below > 0:
-            self._open()
+            self._open(pools, now)
 
     def top(self, k: int, now: float) -> list[tuple[str, int, float]]:
         """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s), the newcomers'

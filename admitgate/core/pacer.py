@@ -118,6 +118,10 @@ class TokenPacer:
         self._refill(now)
         self._tokens = min(self._tokens, self._burst)
 
+    def cap(self, tokens: float, now: float) -> None:
+        """Leave at most ``tokens`` in the bucket at ``now`` (its debt, if any, stands)."""
+        self._tokens = min(self._refill(now), tokens)
+
     def tokens(self, now: float) -> float:
         """Tokens in the bucket at ``now`` (negative while reservations are outstanding)."""
         return self._refill(now)
