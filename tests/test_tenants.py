@@ -362,6 +362,18 @@ def test_the_table_opens_again_once_the_tenants_ask_little_and_nobody_is_turned_
     assert not tenants.closed
 
 
+def test_the_tenants_who_asked_before_the_table_opened_keep_their_pools_however_long_it_stays_open() -> None:
+    """A table open longer than ``idle`` (30 s): the small tenant still has its pool, with its share, when a herd
+    in another tenant closes it, and is not turned away (as a newcomer, one of its two requests that second was)."""
+    tenants = table(rate=100.0, open_below=0.5)
+    Run(tenants).send("small", 0.0, 40, 2).send("big", 0.0, 40, 20).go()
+    assert not tenants.closed and tenants._pools.get("small", 40.0) is not None
+    run = Run(tenants).send("small", 40.0, 44, 2).send("big", 40.0, 44, 400).go()
+    assert tenants.closed
+    assert run.rate("small", 40, 44) == 2  # every one of its requests
+    assert tenants.root.new_below == 0.0  # (open, the replica's own λ_new counts the tenants' new requests)
+
+
 def test_clients_turned_away_keep_the_table_closed_whatever_they_are_counted_to_ask() -> None:
     """Requests that come back before their time are no demand; they are turned away, and that keeps the table
     closed (open, they would take the replica's bucket first come, first served)."""

@@ -353,7 +353,11 @@ class Tenants:
         waking pool beside it, and one of its requests in a hundred was turned away. The replica's bucket, which
         refilled while the pools admitted, keeps only what their buckets have left (as they keep only their parts
         of its own when it closes: the tokens pass from one to the other, and the bound stands)."""
-        self.root.pacer.cap(math.fsum(max(0.0, pool.gate.pacer.tokens(now)) for pool in pools), now)
+        root = self.root
+        root.pacer.cap(math.fsum(max(0.0, pool.gate.pacer.tokens(now)) for pool in pools), now)
+        # The replica's own λ_new counts the tenants' new requests from now (a shared budget reads both: left,
+        # the pools' stood beside it, counted twice for as long as the table stayed open).
+        root.new_below = 0.0
         self.closed.clear()
 
     def _activate(self, pool: Pool, now: float) -> None:
@@ -494,9 +498,9 @@ class Tenants:
 
     def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
         """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
-        name = self.name(scope)
-        if not self.closed:
+        if not self.closed:  # (the replica's bucket decides: its fields)
             return self.root.pacer, self.root.pacer.rate
+        name = self.name(scope)
         pool = (None if name is None else self._pools.get(name, now)) or self.newcomers
         return pool.gate.pacer, pool.share.entitlement
 
@@ -557,6 +561,11 @@ class Tenants:
             # The pools keep their shares, and μ and the capacity they are parts of stand with them: a pool woken
             # as the table closes is given its part of that μ. (Taken anew here, after μ doubled the waking pool
             # was given half of the new capacity beside shares still summing to the old one, which had doubled.)
+            # The pools that had asked before it opened are kept (expired after ``idle``, a small tenant met the
+            # herd that closed a table open for 40 s as a newcomer).
+            for pool in self._pools.values(now):
+                if pool.awake:
+                    self._pools.put(pool.name, pool, now + tenancy.idle, now)
             return
         mu = self._mu = root.pacer.rate
         available = self._available = max(mu - critical, mu * MIN_SHARE)
