@@ -63,9 +63,9 @@ def test_sweep_drops_expired_entries_from_the_old_end_and_counts_what_is_left() 
     assert m.sweep(30.0) == 0
 
 
-def test_entries_show_each_key_with_its_expiry_expired_ones_until_dropped() -> None:
+def test_data_shows_each_key_with_its_expiry_expired_ones_until_dropped() -> None:
     store: BoundedExpiringMap[str] = BoundedExpiringMap(10)
     store.put("a", "x", expires_at=5.0, now=0.0)
-    assert store.entries.get("a") == (5.0, "x")
-    assert store.entries.get("a") is not None and store.get("a", now=6.0) is None  # expired: get drops it
-    assert store.entries.get("a") is None
+    assert store.data.get("a") == (5.0, "x")
+    assert store.data.get("a") is not None and store.get("a", now=6.0) is None  # expired: get drops it
+    assert store.data.get("a") is None

@@ -261,7 +261,7 @@ class Tenants:
         self._key = _named(key) if callable(tenancy.key) else key  # (the built-in keys give names already)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
         self._raw: bytes | None = getattr(self._key, "raw", None)  # a header key's name (take reads it inline)
-        self._entry = self._pools.entries.get  # (for take: a pool's entry in one call, its expiry checked there)
+        self._entry = self._pools.data.get  # (for take: a pool's entry in one call, its expiry checked there)
         #: keys not established yet: [requests within ``window``, cost the newcomers' pool asked for them in
         #: reallocation interval number ``round``, that ``round``]
         self._candidates: BoundedExpiringMap[list[float]] = BoundedExpiringMap(tenancy.max_tenants)

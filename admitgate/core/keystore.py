@@ -9,7 +9,7 @@ amortised: each insert also sweeps at most two expired entries from the old end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sized
+from collections.abc import Hashable, Mapping
 from typing import Generic, TypeVar
 
 from .errors import integer
@@ -32,14 +32,9 @@ class BoundedExpiringMap(Generic[V]):
         return len(self._data)
 
     @property
-    def data(self) -> Sized:
-        """The live mapping (read-only use: its truthiness and size)."""
-        return self._data
-
-    @property
-    def entries(self) -> Mapping[Hashable, tuple[float, V]]:
-        """The live mapping ``key -> (expires_at, value)``, expired entries included until dropped (read-only use:
-        a hot path that looks a key up with one C call, checking the expiry itself)."""
+    def data(self) -> Mapping[Hashable, tuple[float, V]]:
+        """The live mapping ``key -> (expires_at, value)``, expired entries included until dropped. Read-only use:
+        its truthiness and size, or a hot path that looks a key up with one C call and checks the expiry itself."""
         return self._data
 
     def get(self, key: Hashable, now: float) -> V | None:
