@@ -374,6 +374,20 @@ def test_the_tenants_who_asked_before_the_table_opened_keep_their_pools_however_
     assert tenants.root.new_below == 0.0  # (open, the replica's own λ_new counts the tenants' new requests)
 
 
+def test_the_fast_path_takes_nothing_from_a_pool_while_the_table_is_open() -> None:
+    """Open, the replica's bucket decides: a pool's bucket, full and due no refresh, is not taken from (this
+    once rested only on the pools' refresh falling due as the table opened, which nothing else promises)."""
+    tenants = table(rate=100.0, open_below=0.5, establish=1)
+    Run(tenants).send("a", 0.0, 3, 20).go()
+    assert tenants.admit(1.0, DEFAULT, 3.0, lambda: None, scope("a")).verdict is Verdict.ADMIT  # (reallocated)
+    assert not tenants.closed and tenants.next_rebalance > 3.01
+    pool = tenants.pool_of("a", 3.01)
+    assert pool.awake and pool.gate.pacer.tokens(3.01) >= 1
+    pool.gate.next_refresh = math.inf  # as if its rate had just been read
+    assert not tenants.take(scope("a"), 1.0, 3.01)
+    assert pool.asked == 0
+
+
 def test_clients_turned_away_keep_the_table_closed_whatever_they_are_counted_to_ask() -> None:
     """Requests that come back before their time are no demand; they are turned away, and that keeps the table
     closed (open, they would take the replica's bucket first come, first served)."""

@@ -425,8 +425,8 @@ class Tenants:
         False for anything else, having changed nothing :meth:`admit` would not (a refill, an expired pool
         dropped): :meth:`admit` decides it then.
         This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
-        if now >= self.root.next_refresh or now >= self.next_rebalance:
-            return False
+        if now >= self.root.next_refresh or now >= self.next_rebalance or not self.closed:
+            return False  # (open: the replica's bucket decides, in admit; its pools are not to be taken from)
         raw = self._raw
         if raw is None:
             try:  # (self.name, inlined)
