@@ -106,8 +106,10 @@ class Simulation:
         #: fair shares among tenants (None: one pool), deciding every request as the middleware's Tenants does
         self.tenants = None if tenancy is None or self.gate is None else Tenants(tenancy, self.gate, now=0.0)
         groups = s.herd_tenants or [("herd", s.clients)]
-        #: each herd client's tenant name (None without tenants)
-        self.tenant_of: list[str | None] = [name if self.tenants else None for name, n in groups for _ in range(n)]
+        #: each herd client's tenant name (None without tenants). (``is not None``: a table is falsy while it has no
+        #: pools, as it has at first, and the tenant herd's clients were all taken for newcomers.)
+        keyed = self.tenants is not None
+        self.tenant_of: list[str | None] = [name if keyed else None for name, n in groups for _ in range(n)]
         self.result = HerdResult(s.clients)
         self.ignorers = set(self.rng.sample(range(s.clients), round(s.clients * s.ignore_fraction)))
         self.attempt_no = [0] * s.clients
