@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
-from admitgate.asgi.tenants import NEWCOMERS, Tenancy, Tenants
+from admitgate.asgi.tenants import NEWCOMERS, SLACK, Tenancy, Tenants
 from admitgate.config import load
 from admitgate.core.fair import fair_shares
 from admitgate.core.gate import Decision, Gate, Verdict
@@ -705,7 +705,8 @@ def test_a_tenant_established_after_an_idle_spell_is_not_turned_away() -> None:
 
 def test_a_tenant_waking_after_another_takes_back_what_the_first_does_not_use() -> None:
     """Two tenants idle through a reallocation wake one after the other: the first is given all of the capacity
-    (it is alone), the second takes back its half, as from a pool the reallocation found with a rate to spare."""
+    (it is alone), the second takes back what the first does not use (its one request in 0.11 s, with room to
+    grow), as from a pool the reallocation found with a rate to spare: more than its half."""
     tenants = table(rate=100.0, establish=1)
     for name in ("a", "b"):
         tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope(name))
@@ -715,8 +716,24 @@ def test_a_tenant_waking_after_another_takes_back_what_the_first_does_not_use() 
     tenants.admit(1.0, DEFAULT, 2.1, lambda: None, scope("a"))
     assert tenants.pool_of("a", 2.1).share.value == pytest.approx(100.0)
     assert tenants.admit(1.0, DEFAULT, 2.11, lambda: None, scope("b")).verdict is Verdict.ADMIT
-    assert tenants.pool_of("b", 2.11).share.value == pytest.approx(50.0)
-    assert tenants.pool_of("a", 2.11).share.value == pytest.approx(50.0)
+    a, b = tenants.pool_of("a", 2.11).share.value, tenants.pool_of("b", 2.11).share.value
+    assert a == pytest.approx(1 / 0.11 * SLACK + 1.0) and a + b == pytest.approx(100.0)
+
+
+def test_a_herd_waking_beside_a_small_tenant_is_given_all_that_the_small_one_leaves() -> None:
+    """A herd's tenant wakes between reallocations beside a small tenant (10/s) and the newcomers' pool: it is
+    given what they leave unused at once, not its entitlement of a third. Given a third, it held a third as many
+    of its first wave in its pacing window, and had nobody to admit at the rate the next reallocation gave it."""
+    tenants = table(rate=100.0, establish=1)
+    for i in range(20):  # the small tenant alone for 2 s, at 10/s
+        tenants.admit(1.0, DEFAULT, 0.1 * i, lambda i=i: i, scope("small"))
+    tenants.admit(1.0, DEFAULT, 2.0, lambda: "n", scope(None))  # a newcomer
+    decisions = [tenants.admit(1.0, DEFAULT, 2.01, lambda i=i: i, scope("herd")) for i in range(300)]
+    herd, small = tenants.pool_of("herd", 2.01), tenants.pool_of("small", 2.01)
+    assert herd.share.value >= 100.0 - (small.demand * SLACK + 1.0) - (1 / 0.05 * SLACK + 1.0) - 1e-9
+    assert sum(pool.share.value for pool in tenants.pools(2.01)) <= 100.0 + 3 * MIN_RATE  # (an idle pool's floor)
+    paced = sum(d.verdict is Verdict.PACE for d in decisions)
+    assert paced >= 0.5 * 1.5 * 100.0  # (its pacing window, 1.5 s, at well over half of the capacity)
 
 
 def test_the_pools_holds_are_counted_with_the_roots_for_metrics() -> None:
