@@ -122,6 +122,10 @@ class TokenPacer:
         """Leave at most ``tokens`` in the bucket at ``now`` (its debt, if any, stands)."""
         self._tokens = min(self._refill(now), tokens)
 
+    def give(self, tokens: float, now: float) -> None:
+        """Add ``tokens`` to the bucket at ``now``, up to its size (tokens passed from another bucket)."""
+        self._tokens = min(self._burst, self._refill(now) + tokens)
+
     def tokens(self, now: float) -> float:
         """Tokens in the bucket at ``now`` (negative while reservations are outstanding)."""
         return self._refill(now)
