@@ -63,6 +63,11 @@ SURGE = 1.5
 #: Intervals a fall is judged over: a tenant whose clients come in bursts (held together, sent back
 #: together) asks nothing for an interval or two between them, and must not lose its share each time.
 SPAN = 3
+#: ... or this many of its places' spacing at its entitlement, if that is longer: a pool whose clients hold
+#: places and come back seconds apart still asks (see :meth:`Tenants.rebalance`).
+RETURNS = 2.0
+#: The golden ratio's fractional part: the step of :meth:`Tenants._start`'s sequence.
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 #: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
 #: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
 EARLY = 0.1
@@ -216,8 +221,8 @@ class Share:
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "rejected", "share", "spans", "take",
-                 "use", "weight")  # fmt: skip
+    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "rejected", "seen", "share", "spans",
+                 "take", "use", "weight")  # fmt: skip
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -226,6 +231,7 @@ class Pool:
         self.asked = 0.0  #: cost asked since the last reallocation, tokens
         self.demand = 0.0  #: requests/s asked, as of the last reallocation
         self.rejected = 0  #: rejections so far
+        self.seen = -math.inf  #: the last reallocation that found it had asked, seconds
         self.awake = False  #: it has asked since it was last idle at a reallocation
         self.counts: deque[float] = deque(maxlen=SPAN)  #: cost asked in each of the last SPAN intervals
         self.spans: deque[float] = deque(maxlen=SPAN)  #: and their lengths, seconds
@@ -265,6 +271,9 @@ class Tenants:
         #: keys not established yet: [requests within ``window``, cost the newcomers' pool asked for them in
         #: reallocation interval number ``round``, that ``round``]
         self._candidates: BoundedExpiringMap[list[float]] = BoundedExpiringMap(tenancy.max_tenants)
+        self._phase = 0.0  # the last fraction _start gave
+        #: what pools waking (or new) are given their first tokens from (see _start): μ, the root's burst
+        self._credit = TokenPacer(root.pacer.rate, root.pacer.burst, now=now)
         self._round = 0  # reallocations so far (the interval the newcomers' pool's ``asked`` is of)
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
@@ -343,6 +352,7 @@ class Tenants:
         for pool in self.pools(now):
             pacer = pool.gate.pacer
             pacer.cap(left * pacer.burst / root.pacer.burst, now)
+        self._credit.cap(left, now)  # (what pools woken from now on are given comes out of what is left too)
         self.closed.append(True)
         self._last, self._calm = now, 0
         self.next_rebalance = now + self.tenancy.interval
@@ -387,6 +397,7 @@ class Tenants:
         pool.use = min(pool.demand * SLACK + 1.0, entitlement * self._scale)
         self._used += pool.use
         pool.set_share(rate, entitlement, self._burst(rate), now, promise)
+        self._start(pool, now)
         # What it does not use a tenant waking after it takes back (its use is measured as it asks). Left out of
         # ``_spare`` until the next reallocation, the first pool to wake after an idle spell (the newcomers', on a
         # key's first requests) held all of the capacity, and the key's own pool, established on its third
@@ -513,6 +524,8 @@ class Tenants:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
         share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu)
         gate = Gate(share, self._settings, now=now)
+        if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
+            gate.pacer.cap(0.0, now)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
         gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
         return Pool(name, weight, gate, share)
@@ -530,6 +543,27 @@ class Tenants:
         newcomers' pool ask 6/s of an idle 10/s lease was told by half of the share: 200 of 400/s on the fleet
         herd, which drained at 1.4-1.5 of its bound.)"""
         return max(entitlement * self._scale, self._told - others)
+
+    def _start(self, pool: Pool, now: float) -> None:
+        """Give a pool woken (or new) the tokens it starts with: its part of the burst from the table's wake-up
+        credit (a bucket at μ of the root's burst), else a fraction of one token, the next of a low-discrepancy
+        sequence.
+
+        Not a full bucket each: 500 tenants' first requests at once were each admitted from its own pool's
+        bucket, beyond rate·t + burst (520 in a second at 200/s, in the simulator's herd across 500 tenants:
+        300-500 5xx); the credit bounds what all the pools waking together take at once, as the one bucket does
+        without tenants. Not an empty one past it either: pools woken together at equal shares would all have
+        their first token at the same instant, and their clients' first places with them (a schedule's first
+        place comes due when its bucket's debt is repaid), so their returns came back as one wave. Staggered,
+        the first tokens of pools woken together are spread over their spacing."""
+        pacer, credit = pool.gate.pacer, self._credit
+        pacer.cap(0.0, now)
+        part = min(pacer.burst, credit.tokens(now))
+        if part >= 1.0 and credit.try_take(part, now):
+            pacer.give(part, now)
+        else:
+            self._phase = (self._phase + GOLDEN) % 1.0
+            pacer.give(self._phase, now)
 
     def _burst(self, rate: float) -> float:
         """A pool's bucket: its part of the root's burst, at least one token. ``rate`` is a share of μ as of the
@@ -574,6 +608,9 @@ class Tenants:
             return
         mu = self._mu = root.pacer.rate
         available = self._available = max(mu - critical, mu * MIN_SHARE)
+        self._credit.set_rate(available, now)
+        if self._credit.burst != root.pacer.burst:
+            self._credit.set_burst(root.pacer.burst, now)
         # With a shared budget μ is this replica's lease, which follows what it admitted lately (an idle
         # replica's is 10/s); its clients are told by its share of the fleet's H. Told by the lease, a herd
         # landing on an idle replica was told Retry-After at 10/s: up to 600 s where 12 s would do.
@@ -584,6 +621,8 @@ class Tenants:
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
             asked = pool.asked / elapsed
+            if pool.asked:
+                pool.seen = now
             pool.counts.append(pool.asked)
             pool.spans.append(elapsed)
             span = math.fsum(pool.counts) / math.fsum(pool.spans)  # requests/s over the last SPAN intervals
@@ -597,8 +636,13 @@ class Tenants:
             # Clients holding places in its schedule will be back: a backlog is demand too, as much as it can
             # be given (the rate they come back at follows the share they are told at: measured alone, it would
             # hold a herd's tenant to the entitlement it was first told at, and the rest would go unused). Only
-            # while the pool still asks (in its last SPAN intervals): clients who gave up are no demand.
-            backlog = pool.gate.schedule.waiting(now) if math.fsum(pool.counts) > 0 else 0
+            # while the pool still asks: clients who gave up are no demand. Still asks means within the last SPAN
+            # intervals, or within two of its places' spacing at its entitlement if that is longer: a tenant with
+            # a few clients among hundreds of tenants is told to come back seconds apart, and taken for gone
+            # between two returns it was put to sleep, its schedule's head stopped, and its clients were told
+            # again and again (the simulator's herd across 500 tenants drained at 17-22 times its bound).
+            recent = max(SPAN * tenancy.interval, RETURNS / max(pool.share.entitlement, MIN_RATE))
+            backlog = pool.gate.schedule.waiting(now) if now - pool.seen <= recent else 0
             wanted = pool.demand + backlog / tenancy.interval
             if wanted > MIN_RATE:
                 demands[index] = wanted
@@ -633,18 +677,25 @@ class Tenants:
             pool.share.growth, pool.share.whole = growth, whole
             pool.share.basis = mu
             if index in shares:
+                # Awake: its weight is among the active ones. (A pool asleep whose clients' places made it ask
+                # was given its share here and then, on its next request, woken anew to what the others left,
+                # nothing when they held all of it: its clients were turned away at every turn.)
+                woken, pool.awake = not pool.awake, True
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
                 pool.use = uses[index]
                 entitlement = self._entitlement(pool.weight, total)
                 pool.set_share(rate, entitlement, self._burst(rate), now,
                                self._promise(entitlement, used - uses[index]))  # fmt: skip
+                if woken:
+                    self._start(pool, now)
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
-            else:
+            else:  # asleep: what its bucket held goes with its share (woken, it is given tokens anew: _start)
                 pool.awake, pool.use = False, 0.0
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
+                pool.gate.pacer.cap(0.0, now)
         spare.sort(key=lambda item: (item[0], item[1]))
         self._spare = [pool for _, _, pool in spare]
         rejections, self._rejections = self.rejections - self._rejections, self.rejections
