@@ -177,6 +177,18 @@ def test_admitted_never_exceeds_rate_times_t_plus_burst(rate, burst, gaps, costs
             assert total <= rate * (times[j] - times[i]) + burst + 1e-6
 
 
+def test_give_adds_tokens_up_to_the_bucket_and_pays_a_debt_first() -> None:
+    pacer = TokenPacer(10.0, 5.0)
+    pacer.cap(0.0, 0.0)
+    pacer.give(0.5, 0.0)
+    assert pacer.tokens(0.0) == 0.5 and pacer.tokens(0.05) == 1.0  # (and refills from there)
+    pacer.give(10.0, 0.05)
+    assert pacer.tokens(0.05) == 5.0  # never beyond the burst
+    assert pacer.reserve(7.0, 0.05, 1.0) is not None and pacer.tokens(0.05) == -2.0
+    pacer.give(1.0, 0.05)
+    assert pacer.tokens(0.05) == -1.0
+
+
 def test_cap_leaves_at_most_so_many_tokens_and_keeps_a_debt() -> None:
     pacer = TokenPacer(10.0, 5.0)
     pacer.cap(2.0, 0.0)
