@@ -225,6 +225,22 @@ def test_bdp_takes_no_capacity_from_the_catch_up_after_a_stall_at_a_herds_onset(
     assert e.state == "draining" and e.mu == 150.0
 
 
+def test_bdp_takes_no_capacity_from_the_first_fifth_of_a_second_past_a_stall() -> None:
+    """A real herd's onset, traced: the event loop stalled for 0.3 s, then delivered 105/s over the 0.2 s past
+    it (what had been admitted at the initial 100/s) with 40 in flight. Taken for the capacity, start-up ended
+    at 105/s where the service does 200/s. Past a stall, only the 0.5 s rate counts."""
+    e = BandwidthDelay(seed=1)
+    e.estimate(window(now=1.0, rate=100.0, completion=20.0, busy=2.0, limiting=False))  # 20/s, baseline 0.1 s
+    for now in (1.1, 1.2, 1.3):  # the stall
+        e.estimate(dataclasses.replace(window(now=now, rate=100.0, completion=0.0, busy=12.0), current=0.0))
+    w = window(now=1.51, rate=100.0, completion=42.0, busy=40.0)
+    assert e.estimate(dataclasses.replace(w, delivered=42.0, current=105.0)) == 100.0  # held, not confirmed
+    assert e.state == "starting" and (e.mu is None or e.mu >= 100.0)
+    w = window(now=1.61, rate=100.0, completion=82.0, busy=28.0)
+    e.estimate(dataclasses.replace(w, delivered=82.0, current=200.0))
+    assert e.state == "starting"
+
+
 def test_bdp_confirms_the_queue_of_a_saturated_service_that_stalls_again_and_again() -> None:
     """A stall puts off a confirmation from what is delivered after it, not for ever: a saturated service
     whose event loop stalls in every other window has its queue confirmed in a stall, by the 0.5 s rate."""
