@@ -327,15 +327,17 @@ def test_under_overload_no_tenant_is_below_its_floor_and_the_sum_stays_within_th
 # -- the open table -------------------------------------------------------------------------------
 def test_a_table_whose_tenants_ask_little_opens_and_admits_from_the_replicas_bucket_without_a_pool() -> None:
     """Below the capacity there is nothing to share out: after SPAN quiet reallocations (the tenants established
-    and measured meanwhile) the table opens, and a request is admitted from the replica's bucket."""
+    and measured meanwhile) the table opens, and a request is admitted from the replica's bucket. (40/s of 100/s:
+    at 50/s, exactly half, the sixth tenant's first request is turned away since stop 27, the five woken before it
+    each looking busy from its first request, and the table stays closed.)"""
     tenants = table(rate=100.0, open_below=0.5, establish=1)
     run = Run(tenants)
-    for k in range(6):  # 50/s from six tenants for 6 s
-        run.send(f"t{k}", k / 50, 6, 50 / 6)
+    for k in range(6):  # 40/s from six tenants for 6 s
+        run.send(f"t{k}", k / 40, 6, 40 / 6)
     run.go()
     assert not tenants.closed and len(tenants) == 6
     assert all(pool.asked == 0 for pool in tenants.pools(6.0))  # (none asked: nothing was decided there)
-    sent = sum(int((6 - k / 50) * 50 / 6) for k in range(6))
+    sent = sum(int((6 - k / 40) * 40 / 6) for k in range(6))
     assert sum(run.admitted.values()) == sent and tenants.root.pacer.taken >= sent * 3 / 6  # the bucket's, from 1.5 s
     assert tenants.limit_of(scope("t1"), 6.0) == (tenants.root.pacer, 100.0)  # (its fields: the replica's)
 
@@ -473,6 +475,18 @@ def _beyond(times: list[float], rate: float) -> float:
         low = min(low, k - rate * t)
         most = max(most, k + 1 - rate * t - low)
     return most
+
+
+@pytest.mark.parametrize(("tenants_", "period", "burst"), [(30, 3.0, 20), (100, 5.0, 10)])
+def test_tenants_waking_in_turn_are_admitted_within_the_one_bucket(tenants_: int, period: float, burst: int) -> None:
+    """Tenants each sending a burst at once every few seconds, in turn (each pool sleeps and wakes again and
+    again), on 100/s with a burst of 10: what all the pools admit stays within rate·t + burst. With the wake-up
+    credit refilled at all of μ beside the pools' buckets (a second bucket), 30 tenants were admitted 6,836
+    requests in 60 s where the bound is 6,010, up to 851 beyond rate·t in one stretch (found in review)."""
+    arrivals = [(c * period + i * period / tenants_ + j * 0.0005, f"t{i}")
+                for c in range(int(30 / period)) for i in range(tenants_) for j in range(burst)]  # fmt: skip
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
 @settings(max_examples=60, deadline=None)
@@ -643,7 +657,9 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     source.value = 100.0
     tenants.root.next_refresh = 1.9
     tenants.admit(1.0, DEFAULT, 1.9, lambda: None, scope("b"))  # μ halves; "b" wakes, before the next reallocation
-    assert tenants.next_rebalance > 1.9
+    # ("a" uses all of the halved μ, so "b" is given nothing until a reallocation, and its first request, with no
+    # token passed to it, is turned away: that reallocation is due, not done)
+    assert tenants.next_rebalance >= 1.9
     awake = [pool for pool in tenants.pools(1.9) if pool.awake]
     assert {pool.name for pool in awake} == {"a", "b"}
     for pool in awake:
@@ -726,9 +742,9 @@ def test_a_tenant_waking_after_another_takes_back_what_the_first_does_not_use() 
     assert not any(pool.awake for pool in tenants.pools(2.0))
     tenants.admit(1.0, DEFAULT, 2.1, lambda: None, scope("a"))
     assert tenants.pool_of("a", 2.1).share.value == pytest.approx(100.0)
-    first = tenants.admit(1.0, DEFAULT, 2.11, lambda: None, scope("b"))  # (the wake-up credit went to "a": see _start)
+    first = tenants.admit(1.0, DEFAULT, 2.11, lambda: None, scope("b"))
     a, b = tenants.pool_of("a", 2.11).share.value, tenants.pool_of("b", 2.11).share.value
-    assert first.verdict is Verdict.PACE and first.delay <= 1.0 / b  # (within one token at its rate)
+    assert first.verdict is Verdict.ADMIT  # (a's bucket gave up its tokens with its rate: they passed to b)
     assert a == pytest.approx(1 / 0.11 * SLACK + 1.0) and a + b == pytest.approx(100.0)
 
 
