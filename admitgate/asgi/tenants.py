@@ -556,17 +556,17 @@ class Tenants:
         return max(entitlement * self._scale, self._told - others)
 
     def _start(self, pool: Pool, now: float, passed: float = 0.0) -> None:
-        """Give a pool woken (or new) the tokens it starts with: its part of the burst from the table's wake-up
-        credit (a bucket at μ of the root's burst), else a fraction of one token, the next of a low-discrepancy
-        sequence.
+        """Give a pool woken (or new) the tokens it starts with: those ``passed`` to it by the pools it took its
+        rate from (see :meth:`_reclaim`), then its part of the burst from the table's wake-up credit (see
+        :meth:`_refill_credit`) if the credit holds a token, else a fraction of one token, the next of a
+        low-discrepancy sequence.
 
-        Not a full bucket each: 500 tenants' first requests at once were each admitted from its own pool's
+        Not a full bucket of its own: 500 tenants' first requests at once were each admitted from its own pool's
         bucket, beyond rate·t + burst (520 in a second at 200/s, in the simulator's herd across 500 tenants:
-        300-500 5xx); the credit bounds what all the pools waking together take at once, as the one bucket does
-        without tenants. Not an empty one past it either: pools woken together at equal shares would all have
-        their first token at the same instant, and their clients' first places with them (a schedule's first
-        place comes due when its bucket's debt is repaid), so their returns came back as one wave. Staggered,
-        the first tokens of pools woken together are spread over their spacing."""
+        300-500 5xx). Not an empty one either: pools woken together at equal shares would all have their first
+        token at the same instant, and their clients' first places with them (a schedule's first place comes due
+        when its bucket's debt is repaid), so their returns came back as one wave (1,000 5xx). Staggered, the
+        first tokens of pools woken together are spread over their spacing."""
         pacer, credit = pool.gate.pacer, self._credit
         pacer.cap(0.0, now)
         pacer.give(passed, now)  # (what the pools it took its rate from gave up: see _reclaim)
