@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,3 +82,81 @@ def test_invalid_configuration_names_the_field() -> None:
         Probes(buckets=1)
     with pytest.raises(ConfigError, match=r"probe_bucket"):
         Probes(width=0)
+
+
+def test_without_a_bound_there_is_no_inflight_limit() -> None:
+    p = Probes(now=0.0)
+    p.admit(0.0)
+    p.complete(0.01, 503, 0.01)
+    p.roll(1.0)
+    assert (p.floor, p.limit) == (None, math.inf)
+
+
+def test_the_inflight_limit_grows_by_one_per_response_served_and_halves_per_drop_to_one() -> None:
+    p = Probes(now=0.0)
+    p.bound(4)
+    assert p.limit == 4.0
+    for _ in range(4):
+        p.admit(0.0)
+    for _ in range(4):
+        p.complete(0.01, 200, 0.01)  # four served: room for eight (slow start doubles it each latency)
+    assert p.limit == 8.0
+    for i, expected in enumerate((4.0, 2.0, 1.0, 1.0)):  # each 5xx halves it, never below one request
+        p.admit(0.02)
+        p.complete(0.01, 504, 0.03)
+        assert p.limit == expected, i
+    p.admit(0.04)
+    p.complete(0.01, 200, 0.05)  # served again: it grows back from there
+    assert p.limit == 2.0
+
+
+def test_the_inflight_limit_is_held_within_twice_the_mean_in_flight_while_the_service_served() -> None:
+    p = Probes(width=0.1, buckets=50, now=0.0)
+    p.bound(4)
+    t = 0.0
+    for _ in range(200):  # two seconds of steady traffic: 10 in flight, each answered after 0.1 s, 100/s
+        for _ in range(10):
+            p.admit(t)
+        t += 0.1
+        for _ in range(10):
+            p.complete(0.1, 200, t)
+    assert p.limit <= 2 * 10 + 10  # held at twice the in flight as each bucket closed, plus what came since
+    p.roll(t + 2.0)  # two idle seconds: nothing served, in flight 0
+    assert p.limit == 4.0  # back at the floor: a herd on an idle service starts from it
+    p.admit(t + 2.0)
+    p.complete(0.1, 503, t + 2.1)
+    p.roll(t + 3.0)
+    assert p.limit == 2.0  # the ceiling never lifts it: only responses served do
+
+
+@given(st.lists(st.tuples(st.sampled_from(["admit", "ok", "drop", "cancel"]), st.floats(0, 0.3)), max_size=80),
+       st.sampled_from([1, 4, 20]))  # fmt: skip
+def test_the_inflight_limit_stays_at_least_one_and_within_its_ceiling_plus_what_was_served_since(events, floor) -> None:
+    p = Probes(width=0.1, buckets=20, now=0.0)
+    p.bound(floor)
+    t, open_, served, closed = 0.0, 0, 0, None
+    for kind, dt in events:
+        t += dt
+        p.roll(t)
+        if p.ring and p.ring[-1].end != closed:  # a bucket closed: the ceiling was applied just now
+            served, closed = 0, p.ring[-1].end
+        if kind == "admit":
+            p.admit(t)
+            open_ += 1
+        elif open_:
+            open_ -= 1
+            if kind == "cancel":
+                p.cancel(t)
+            else:
+                p.complete(0.05, 200 if kind == "ok" else 503, t)
+                served += kind == "ok"
+        held = [b.busy for b in list(p.ring)[-10:] if b.completed > b.drops]
+        ceiling = max(floor, 2 * sum(held) / len(held) if held else 0.0)
+        assert 1.0 <= p.limit <= ceiling + served + 1e-9
+
+
+def test_an_inflight_floor_below_one_is_refused_naming_the_field() -> None:
+    p = Probes(now=0.0)
+    for bad in (0.5, -1, math.inf, True, "4"):
+        with pytest.raises(ConfigError, match=r"capacity\.inflight_floor"):
+            p.bound(bad)  # type: ignore[arg-type]

@@ -7,6 +7,15 @@ signal) and pacing delay. Requests the client abandoned, or that were cancelled,
 in-flight place but give no latency sample: how long an abandoned request ran says nothing about
 the service.
 
+The probes also keep the *in-flight limit* when a live capacity asks for one (:meth:`Probes.bound`): how
+many requests the service has been seen to hold, which the gate does not admit beyond. It starts at its
+floor, grows by one for each response served (doubling each latency while they are served: TCP's slow
+start) and halves for each 5xx; as each bucket closes it is held within ``GAIN`` times the most in flight
+in any bucket of the last ``LIMIT_SPAN`` seconds that served something, and never below the floor. A service
+that stops serving (an outage beginning) so receives at most the limit in force, not a rate's worth per
+latency until an estimator can tell; a herd landing on an idle service goes in at the pace its answers
+come back, within a few latencies of the full rate.
+
 Samples go into the current time bucket (``width`` seconds, 0.1 by default); a finished bucket is
 pushed onto a ring of the last ``buckets`` (50: five seconds). Nothing else happens per request, so
 the estimators' arithmetic runs on the gate's refresh cadence, never on the admit path. Lifetime
@@ -15,14 +24,20 @@ totals (count, latency sum, a fixed-bound latency histogram) are kept beside the
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 
-from ..core.errors import integer, positive
+from ..core.errors import ConfigError, integer, positive
 
 #: Latency histogram bounds, seconds (prometheus-client's defaults, extended to 30 s).
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0)
+#: The in-flight limit is held within this many times the most in flight while the service served.
+GAIN = 2.0
+#: Seconds of closed buckets that ceiling looks back over.
+LIMIT_SPAN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +74,16 @@ class Probes:
         "_latency",
         "_next",
         "_shed",
+        "_span",
         "_t",
         "_total",
         "_total_drops",
         "_total_errors",
         "_total_latency",
+        "floor",
         "histogram",
         "inflight",
+        "limit",
         "ring",
         "width",
     )  # fmt: skip
@@ -84,6 +102,18 @@ class Probes:
         self._total = self._total_drops = self._total_errors = 0
         self._total_latency = 0.0
         self.histogram = [0] * (len(LATENCY_BOUNDS) + 1)  # per bound, then +Inf; not cumulative
+        self.floor: float | None = None  #: the in-flight limit's floor, requests (None: no limit, see bound)
+        self.limit = math.inf  #: requests the gate may have in flight now (see :meth:`bound`)
+        self._span = max(1, round(LIMIT_SPAN / self.width))  # buckets the limit's ceiling looks back over
+
+    def bound(self, floor: float) -> None:
+        """Keep an in-flight limit that starts at ``floor`` requests and is never held below it (at least 1), or,
+        with ``floor`` 0, none."""
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not (floor == 0 or 1 <= floor < math.inf):
+            raise ConfigError("capacity.inflight_floor", "must be 0 (no in-flight limit) or a number of requests >= 1",
+                              floor)  # fmt: skip
+        self.floor = float(floor) if floor else None
+        self.limit = self.floor or math.inf
 
     # -- the request path (O(1), a handful of attribute updates) ------------------------------
     def admit(self, now: float) -> None:
@@ -109,6 +139,11 @@ class Probes:
         self.histogram[bisect_left(LATENCY_BOUNDS, latency)] += 1
         if status >= 500:
             self._drops += 1
+            if self.floor is not None:
+                limit = self.limit / 2
+                self.limit = limit if limit > 1.0 else 1.0
+        else:
+            self.limit += 1  # (inf without a limit)
 
     def fail(self, now: float) -> None:
         """The app raised before finishing the response."""
@@ -170,6 +205,10 @@ class Probes:
         self._area, self._t = 0.0, index * width
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
+        floor = self.floor
+        if floor is not None:  # the limit's ceiling: GAIN times the most in flight while the service served
+            held = [b.busy for b in islice(reversed(self.ring), self._span) if b.completed > b.drops]
+            self.limit = min(self.limit, max(floor, GAIN * sum(held) / len(held) if held else 0.0))
 
     def __repr__(self) -> str:
         return f"Probes(inflight={self.inflight}, completed={self.total}, buckets={len(self.ring)})"
