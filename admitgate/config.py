@@ -82,7 +82,8 @@ log = logging.getLogger("admitgate")
 
 #: ``[capacity]`` keys (LiveCapacity keyword arguments) besides ``estimator`` and the estimator tables.
 CAPACITY_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
-                 "probe_buckets", "background", "capacity_probes", "probe_mode", "growth")  # fmt: skip
+                 "probe_buckets", "background", "capacity_probes", "probe_mode", "growth",
+                 "inflight_floor")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
 DEFAULT_ESTIMATOR = "bdp"
 SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "capacity", "backend", "tenants",

@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import RECHECK, Decision, Gate, Verdict
+from admitgate.core.gate import RECHECK, ROOM_WAIT, Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
-from admitgate.limit.capacity import StaticCapacity
+from admitgate.limit.capacity import LiveCapacity, StaticCapacity
+from admitgate.limit.estimators import Static
+from admitgate.limit.probes import Probes
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
@@ -471,6 +473,66 @@ def test_capacity_changes_are_pulled_on_the_refresh_cadence() -> None:
     g.refresh(0.5)
     assert g.pacer.rate == 10.5
     assert isinstance(StaticCapacity(3), StaticCapacity)
+
+
+def bounded(rate: float, floor: float = 4.0, **settings) -> Gate:
+    """A gate on a live capacity holding ``rate`` (an in-flight limit starting at ``floor``)."""
+    return Gate(LiveCapacity(Static(rate), initial=rate, inflight_floor=floor), Settings(**settings), now=0.0)
+
+
+def go_in(g: Gate, decision: Decision, now: float) -> Decision:
+    """What the middleware does with an admitted request: it goes on to the app, in flight from ``now``."""
+    if decision.verdict is Verdict.ADMIT:
+        g.probes.admit(now)
+    return decision
+
+
+def test_nothing_goes_in_beyond_the_inflight_limit_and_each_answer_lets_two_more_in() -> None:
+    """A herd on an idle service: four go in at once (the limit's floor) though the bucket holds 20 tokens; the
+    rest are held for room. Each response served lets two more in (the limit grows by one: slow start)."""
+    g = bounded(200.0, burst=20)
+    first = [go_in(g, admit(g, 0.0, key=i), 0.0) for i in range(10)]
+    assert [d.verdict for d in first] == [Verdict.ADMIT] * 4 + [Verdict.PACE] * 6
+    held = [d for d in first if d.verdict is Verdict.PACE]
+    assert all(d.delay == ROOM_WAIT for d in held) and g.full
+    again = [go_in(g, g.end_hold(d, ROOM_WAIT), ROOM_WAIT) for d in held]  # nothing answered: held on
+    assert all(d.verdict is Verdict.PACE and d.delay == ROOM_WAIT for d in again)
+    for _ in range(2):
+        g.probes.complete(0.03, 200, 0.03)  # two answers: two places free, and the limit is six
+    after = [go_in(g, g.end_hold(d, 2 * ROOM_WAIT), 2 * ROOM_WAIT) for d in again]
+    assert Counter(d.verdict for d in after) == {Verdict.ADMIT: 4, Verdict.PACE: 2}
+    assert g.probes.inflight == 6 == g.probes.limit
+    assert admit(g, 2 * ROOM_WAIT).verdict is Verdict.PACE  # a new request finds no room either
+
+
+def test_a_hold_that_finds_no_room_in_its_window_is_placed_at_the_head_of_the_schedule() -> None:
+    """A service that stops answering: what is held for room is turned away with a place once its pacing window
+    is spent, not let in; its token goes unused."""
+    g = bounded(100.0, burst=10, max_pacing_delay=0.1)
+    decisions = [go_in(g, admit(g, 0.0, key=i), 0.0) for i in range(6)]
+    held = [d for d in decisions if d.verdict is Verdict.PACE]
+    assert len(held) == 2
+    done = serve(g, held, 0.0)
+    assert all(d.verdict is Verdict.REJECT and d.retry_after >= 1 for d, _ in done)
+    assert all(at <= 0.1 + 1e-9 for _, at in done) and g.waiters == 0
+    assert g.probes.inflight == 4 and g.stats.rejected == 2
+
+
+def test_critical_requests_are_never_held_for_room_in_flight() -> None:
+    g = bounded(100.0, burst=10)
+    for _ in range(4):
+        go_in(g, admit(g, 0.0), 0.0)
+    assert g.full
+    assert all(admit(g, 0.0, priority=CRITICAL).verdict is Verdict.ADMIT for _ in range(3))
+
+
+def test_an_inflight_floor_of_zero_and_a_typed_in_rate_have_no_inflight_limit() -> None:
+    g = bounded(100.0, floor=0, burst=10)
+    assert g.bound is None
+    assert all(go_in(g, admit(g, 0.0), 0.0).verdict is Verdict.ADMIT for _ in range(10))
+    typed = Gate(100, Settings(burst=10), now=0.0)
+    typed.probes = Probes(now=0.0)  # as the middleware adds for metrics: probes to export, no limit
+    assert typed.bound is None and not typed.full
 
 
 @pytest.mark.parametrize(

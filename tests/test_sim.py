@@ -150,3 +150,23 @@ def test_a_herd_across_500_tenants_drains_near_its_bound(live: bool, drain: floa
 def test_bad_tenant_fields_name_the_field(fields: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"invalid {field}")):
         scenario_from({"clients": 300, **fields})
+
+
+LIVE = {"estimator": {"estimator": "bdp"}}
+
+
+@pytest.mark.parametrize(("options", "before"), [({"capacity_known": True}, 41), (LIVE, 86)], ids=["static", "live"])
+def test_an_outage_as_the_herd_arrives_costs_under_one_percent_of_it_in_5xx(options: dict, before: int) -> None:
+    """The service stops answering the instant a herd of 2,000 starts to arrive (over 10 s), and comes back 10 s
+    later. Whatever the gate learns of it (the operator's figure at the next refresh, or the estimator's
+    verdict), it learns after the fact: before the in-flight limit, the bucket's burst and the rate until then
+    went in, and 5xx came back (``before``, this seed). Now at most the limit in force goes in (four beyond the
+    new arrivals' two in flight), then one request at a time while nothing is served."""
+    r = simulate(scenario_from("outage-recovery", seed=2, **options))
+    assert r["finished"] == 2000
+    assert r["server_5xx"] <= 20 < before  # 1 % of the herd
+    assert r["drain_ratio_integral"] <= 1.2
+    sim = Simulation(scenario_from("outage-recovery", seed=2, **options))
+    sim.gate.probes.bound(0)  # the same gate with no in-flight limit
+    sim.gate.bound = None
+    assert sim.run()["server_5xx"] > 20  # the limit is what keeps them out

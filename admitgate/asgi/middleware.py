@@ -160,6 +160,7 @@ class AdmitGate:
         if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
             self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
         self._probes = self.gate.probes
+        self._bound = self.gate.bound  # the in-flight limit the fast path must leave room in, if any
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.responses = Responder(self, self.headers, self.gate, self.tenants, self._quota, self.ticket, clock,
@@ -202,7 +203,9 @@ class AdmitGate:
                 if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
                     send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
-        if not self._book and rule.fast and now < self.gate.next_refresh and take(rule.cost, now):
+        bound = self._bound
+        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight <
+                bound.limit) and take(rule.cost, now):  # fmt: skip
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
             if self._bare:
                 app = self.app

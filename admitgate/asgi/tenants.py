@@ -313,6 +313,8 @@ class Tenants:
             self.rebalance(now)
         if not self.closed:  # open: the replica's bucket, as Gate.admit's first branch takes it, or close
             pacer = root.pacer
+            if root.full:  # no room in flight: the root holds it for room (not a bucket found empty)
+                return root.admit(cost, priority, now, identify)
             if pacer.try_take(cost, now, priority.reserve * pacer.burst):
                 return ADMITTED
             self._close(now)
@@ -452,7 +454,8 @@ class Tenants:
         False for anything else, having changed nothing :meth:`admit` would not (a refill, an expired pool
         dropped): :meth:`admit` decides it then.
         This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
-        if now >= self.root.next_refresh or now >= self.next_rebalance or not self.closed:
+        root = self.root
+        if now >= root.next_refresh or now >= self.next_rebalance or not self.closed or root.full:
             return False  # (open: the replica's bucket decides, in admit; its pools are not to be taken from)
         raw = self._raw
         if raw is None:
@@ -481,7 +484,7 @@ class Tenants:
         if not pool.awake or now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
             return False
         pool.asked += cost
-        self.root.delegated += 1
+        root.delegated += 1
         return True
 
     def pool_of(self, name: str | None, now: float) -> Pool:
@@ -538,6 +541,7 @@ class Tenants:
         if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
             gate.pacer.cap(0.0, now)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
+        gate.bound = self.root.bound  # and what it has in flight is the service's
         gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
         return Pool(name, weight, gate, share)
 

@@ -64,6 +64,9 @@ DUE_SLACK = 1e-6
 #: (a herd's first wave held at a live estimator's start-up rate went in at that rate for two seconds
 #: while the estimate doubled).
 RECHECK = 0.25
+#: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
+#: see :mod:`admitgate.limit.probes`, is full: the service has not yet answered what it was given).
+ROOM_WAIT = 0.02
 #: H below this share of its recent peak has collapsed (an outage): the forecast expects the peak back.
 COLLAPSE = 0.25
 #: The recent peak of H decays with this time constant, seconds; not for the first PEAK_MEMORY s of a collapse
@@ -205,6 +208,8 @@ class Gate:
         self.stats = GateStats()
         #: probe aggregates the middleware records into, if the capacity source reads them (else None)
         self.probes: Probes | None = getattr(self.capacity_source, "probes", None)
+        #: the probes whose in-flight limit bounds what this gate admits (a live capacity's), or None
+        self.bound: Probes | None = self.probes if self.probes is not None and self.probes.floor is not None else None
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
         self.waiters = 0  #: requests held by pacing now
@@ -367,7 +372,8 @@ class Gate:
             stats.critical += 1
             return ADMITTED
         keep = priority.reserve * pacer.burst
-        if pacer.try_take(cost, now, keep):
+        bound = self.bound
+        if (bound is None or bound.inflight < bound.limit) and pacer.try_take(cost, now, keep):
             if schedule.book:  # someone holds a place: if it is this client, it got in early
                 key = identify()
                 place = schedule.forget(key, now) if key is not None else None
@@ -446,7 +452,7 @@ class Gate:
         schedule.forget(key, now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
-        return self._pace(wait, now, key, cost, keep, None, token, now) if wait > DUE_SLACK else ADMITTED
+        return self._pace(wait, now, key, cost, keep, None, token, now) if wait > DUE_SLACK or self.full else ADMITTED
 
     def _pace(self, wait: float, now: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
@@ -460,8 +466,28 @@ class Gate:
             pacing.seconds += wait
             if self.probes is not None:
                 self.probes.limited()
-        return Decision(Verdict.PACE, min(wait, self.recheck), 0, self.schedule.rate, key, cost, keep, place, token,
-                        self.pacer.epoch, since, now + wait)  # fmt: skip
+        delay = min(wait, self.recheck)
+        if delay <= DUE_SLACK and self.full:  # its token is due, but there is no room in flight
+            delay = ROOM_WAIT
+        return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
+                        since, now + wait)  # fmt: skip
+
+    @property
+    def full(self) -> bool:
+        """The in-flight limit is reached (see :mod:`admitgate.limit.probes`): nothing more goes in until the
+        service answers (False without a limit)."""
+        bound = self.bound
+        return bound is not None and bound.inflight >= bound.limit
+
+    def _in(self, decision: Decision, token: float, now: float) -> Decision:
+        """A hold whose token is due: in if there is room in flight; else held on for room while its hold stays
+        within ``max_pacing_delay``, or placed at the head of the schedule (its token goes unused once)."""
+        if not self.full:
+            return ADMITTED
+        if now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
+            self.waiters += 1
+            return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
+        return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     @property
     def recheck(self) -> float:
@@ -557,7 +583,7 @@ class Gate:
                 return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
             due = pacer.due_in(token, now)
         if due <= DUE_SLACK:
-            return ADMITTED
+            return self._in(decision, token, now)
         if due + (now - decision.since) <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
             return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch,
@@ -582,7 +608,7 @@ class Gate:
         else:
             due = self.pacer.due_in(decision.token, now)
             if due <= DUE_SLACK:
-                return ADMITTED
+                return self._in(decision, decision.token, now)
         self.waiters += 1
         return dataclasses.replace(decision, delay=min(due, decision.until - now, self.recheck))
 

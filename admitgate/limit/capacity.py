@@ -97,6 +97,10 @@ class LiveCapacity:
     own traffic (which already excludes it). ``growth``: how fast the rate may rise, per second, in the
     forecast that times the retry schedule (default: the estimator's probing pace, ``probe_gain``, or
     0.25 where μ may move without one; 0 for a static estimator without capacity probes).
+    ``inflight_floor``: where the in-flight limit starts and the least it is held to, requests (see
+    :mod:`admitgate.limit.probes`): the gate admits no more than the service has been seen to hold, so a
+    service that stops answering is sent a few requests more, not a rate's worth each latency until an
+    estimator can tell. 0: no in-flight limit.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class LiveCapacity:
         background: float | ExternalProbe = 0.0,
         probes: Probes | None = None,
         growth: float | None = None,
+        inflight_floor: float = 4.0,
         now: float = 0.0,
     ) -> None:
         if not isinstance(estimator, Estimator):
@@ -146,6 +151,7 @@ class LiveCapacity:
             self._growth = non_negative("capacity.growth", growth)
         self._own_growth = growth is None and hasattr(estimator, "growth")
         self.probes = probes or Probes(now=now)
+        self.probes.bound(inflight_floor)
         self._rate = self.initial
         self._warm = False
         self._last = now
