@@ -43,6 +43,7 @@ FLOOR = f"{PREFIX}_capacity_floor_requests_per_second"  # gauge: the configured 
 BASELINE = f"{PREFIX}_baseline_latency_seconds"  # gauge
 LATENCY = f"{PREFIX}_latency_seconds"  # gauge: mean latency of the last estimator window
 INFLIGHT = f"{PREFIX}_inflight_requests"  # gauge
+INFLIGHT_LIMIT = f"{PREFIX}_inflight_limit_requests"  # gauge: what the gate lets be in flight (a live capacity's)
 WAITERS = f"{PREFIX}_paced_waiting_requests"  # gauge: requests being held by pacing now
 WINDOW = f"{PREFIX}_safe_window_seconds"  # gauge: how far ahead the retry schedule reaches
 HOLDERS = f"{PREFIX}_schedule_clients"  # gauge: clients holding a place in the retry schedule
@@ -104,6 +105,7 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     OVERFLOW: "Rejections whose place lay beyond max_retry_after (told a value folded into it).",
     QUOTA_REFUSED: "Requests refused because their key had used its quota (0 without a quota).",
     INFLIGHT: "Admitted requests in flight.",
+    INFLIGHT_LIMIT: "Requests the gate lets be in flight: what the service has been seen to hold (live capacity).",
     FALLBACK: "1 while the gate runs on its local fallback.",
     REQUESTS: "Gated requests by route template, class and verdict: admitted (reached the app, paced or not), "
     "rejected, abandoned (the client left while held by pacing).",
@@ -119,7 +121,7 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
 }
 #: Multi-process mode: gauges that add up over a server's processes (each process has its own share
 #: of the rate and its own requests); the others take the largest value over live processes.
-_SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT, HOLDERS})
+_SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLIGHT, INFLIGHT_LIMIT, HOLDERS})
 
 
 class Ranked(Protocol):
@@ -191,6 +193,8 @@ def snapshot(middleware: Tallied) -> Snapshot:
         histograms[REQUEST_LATENCY] = (LATENCY_BOUNDS, list(probes.histogram), probes.total_latency)
         outcomes = {"ok": probes.total - probes.total_drops, "dropped": probes.total_drops,
                     "error": probes.total_errors}  # fmt: skip
+    if gate.bound is not None:
+        gauges[INFLIGHT_LIMIT] = gate.bound.limit
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
     counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow,
                 QUOTA_REFUSED: middleware.quota_refused}  # fmt: skip

@@ -391,3 +391,19 @@ async def test_a_typed_in_rate_exports_latency_in_flight_and_responses(clock: Ma
     assert got[f"{m.REQUEST_LATENCY}_count", ()] == 2  # the two admitted, as with a live rate
     assert got[m.INFLIGHT, ()] == 0
     assert got[f"{m.OUTCOMES}_total", (("outcome", "ok"),)] == 2
+
+
+@pytest.mark.anyio
+async def test_a_live_capacity_exports_its_inflight_limit_and_a_typed_in_rate_has_none(clock: ManualClock) -> None:
+    from admitgate import Static
+    from tests.test_middleware import call, http_scope
+
+    registry = CollectorRegistry()
+    live = LiveCapacity(Static(10), initial=10, inflight_floor=4)
+    gate = AdmitGate(ok_app, rate=live, clock=clock, metrics=registry)
+    assert (await call(gate, http_scope("/a")))[0] == 200
+    assert samples(registry)[m.INFLIGHT_LIMIT, ()] == 5  # the floor, and one more for the response served
+    typed = CollectorRegistry()
+    gate = AdmitGate(ok_app, rate=10, clock=clock, metrics=typed)
+    assert (await call(gate, http_scope("/a")))[0] == 200
+    assert (m.INFLIGHT_LIMIT, ()) not in samples(typed)
