@@ -507,15 +507,17 @@ def test_nothing_goes_in_beyond_the_inflight_limit_and_each_answer_lets_two_more
 
 def test_a_hold_that_finds_no_room_in_its_window_is_placed_at_the_head_of_the_schedule() -> None:
     """A service that stops answering: what is held for room is turned away with a place once its pacing window
-    is spent, not let in; its token goes unused."""
-    g = bounded(100.0, burst=10, max_pacing_delay=0.1)
+    is spent, not let in; its token, due and unclaimed, goes back to the bucket (left unused, each hold the limit
+    turned away was capacity lost for good, and a tenant's pacing queue stalled behind them)."""
+    g = bounded(1.0, burst=10, max_pacing_delay=0.1)
     decisions = [go_in(g, admit(g, 0.0, key=i), 0.0) for i in range(6)]
     held = [d for d in decisions if d.verdict is Verdict.PACE]
-    assert len(held) == 2
+    assert len(held) == 2 and g.pacer.tokens(0.0) == pytest.approx(4.0)  # four taken, two reserved
     done = serve(g, held, 0.0)
     assert all(d.verdict is Verdict.REJECT and d.retry_after >= 1 for d, _ in done)
     assert all(at <= 0.1 + 1e-9 for _, at in done) and g.waiters == 0
     assert g.probes.inflight == 4 and g.stats.rejected == 2
+    assert g.pacer.tokens(0.1) == pytest.approx(4.0 + 2 + 0.1)  # the two given back, and 0.1 s of refill at 1/s
 
 
 def test_critical_requests_are_never_held_for_room_in_flight() -> None:

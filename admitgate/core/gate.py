@@ -480,13 +480,16 @@ class Gate:
         return bound is not None and bound.inflight >= bound.limit
 
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
-        """A hold whose token is due: in if there is room in flight; else held on for room while its hold stays
-        within ``max_pacing_delay``, or placed at the head of the schedule (its token goes unused once)."""
+        """A hold whose token (of the current epoch) is due: in if there is room in flight; else held on for room
+        while its hold stays within ``max_pacing_delay``, or placed at the head of the schedule, its token given
+        back to the bucket (up to its size: a token due and unclaimed is a token in the bucket, so the bound
+        ``rate·t + burst`` holds; left unused, every hold the limit turned away was capacity lost for good)."""
         if not self.full:
             return ADMITTED
         if now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
             return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
+        self.pacer.give(decision.cost, now)
         return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     @property
