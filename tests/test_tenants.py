@@ -16,9 +16,11 @@ from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Setting
 from admitgate.asgi.tenants import NEWCOMERS, SLACK, Tenancy, Tenants
 from admitgate.config import load
 from admitgate.core.fair import fair_shares
-from admitgate.core.gate import Decision, Gate, Verdict
+from admitgate.core.gate import ROOM_WAIT, Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.core.settings import MIN_RATE
+from admitgate.limit.capacity import LiveCapacity
+from admitgate.limit.estimators import Static
 from tests.test_middleware import call, http_scope
 
 DEFAULT = DEFAULT_CLASSES["default"]
@@ -350,6 +352,23 @@ def test_the_request_that_finds_the_open_bucket_empty_closes_the_table_and_the_s
     assert tenants.closed
     assert run.rate("modest", 4, 9) >= 0.97 * 30  # all it asks (its fair share is 50/s)
     assert run.rate("greedy", 4, 9) >= 0.9 * 70
+
+
+def test_a_request_that_finds_no_room_in_flight_closes_the_open_table_and_is_held_in_its_tenants_pool() -> None:
+    """No room under the in-flight limit is contention as an empty bucket is: the pools decide from then on. (Held
+    on the replica's own gate instead, a herd's first wave took places in the replica's schedule, where its tenant's
+    pool never saw them, and the table stayed open: the simulator's tenant herd drained at 1.087 of its bound, worst
+    seed 1.368, against 1.054 without the limit.)"""
+    root = Gate(LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4), Settings(tarpit=0.0))
+    tenants = Tenants(Tenancy(open_below=0.5, establish=1), root)
+    Run(tenants).send("modest", 0.0, 3, 30).go()
+    assert not tenants.closed and root.pacer.tokens(3.0) >= 1  # open, with tokens to spare
+    for _ in range(4):
+        root.probes.admit(3.0)  # four in flight and none answered: the limit is reached
+    assert root.full
+    d = tenants.admit(1.0, DEFAULT, 3.0, lambda: "c1", scope("herd"))
+    assert tenants.closed
+    assert d.verdict is Verdict.PACE and d.delay == ROOM_WAIT and d.pool is not None and d.pool is not root
 
 
 def test_the_table_opens_again_once_the_tenants_ask_little_and_nobody_is_turned_away() -> None:

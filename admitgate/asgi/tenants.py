@@ -313,11 +313,9 @@ class Tenants:
             self.rebalance(now)
         if not self.closed:  # open: the replica's bucket, as Gate.admit's first branch takes it, or close
             pacer = root.pacer
-            if root.full:  # no room in flight: the root holds it for room (not a bucket found empty)
-                return root.admit(cost, priority, now, identify)
-            if pacer.try_take(cost, now, priority.reserve * pacer.burst):
+            if not root.full and pacer.try_take(cost, now, priority.reserve * pacer.burst):
                 return ADMITTED
-            self._close(now)
+            self._close(now)  # (no token, or no room in flight: contended either way, so the pools decide)
         name = self.name(scope)
         pool = self.pool_of(name, now)
         if not pool.awake:
