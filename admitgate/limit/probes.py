@@ -34,7 +34,7 @@ from ..core.errors import ConfigError, integer, positive
 
 #: Latency histogram bounds, seconds (prometheus-client's defaults, extended to 30 s).
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0)
-#: The in-flight limit is held within this many times the most in flight while the service served.
+#: The in-flight limit is held within this many times the mean in flight while the service served.
 GAIN = 2.0
 #: Seconds of closed buckets that ceiling looks back over.
 LIMIT_SPAN = 1.0
