@@ -464,3 +464,48 @@ async def test_a_static_rate_records_no_probes(clock: ManualClock, sleep) -> Non
     gate = AdmitGate(Recorder(), rate=10, clock=clock, sleep=sleep)
     assert gate.gate.probes is None
     assert (await call(gate, http_scope()))[0] == 200
+
+
+@pytest.mark.anyio
+async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_leaves(clock: ManualClock) -> None:
+    """Ten requests held for room under the in-flight limit wake at the same instant after one answer (a real event
+    loop runs every timer that is due in one pass). The answer leaves room for two: two go in, eight are held on.
+    (A hold let in was counted in flight only once its watcher's task group had exited, an await later: each of
+    the ten found the same room free, and all ten went in, 13 in flight under a limit of 5.)"""
+    from admitgate.limit.capacity import LiveCapacity
+    from admitgate.limit.estimators import Static
+
+    ticks = [anyio.Event()]
+
+    async def sleep(seconds: float) -> None:  # every hold wakes at the next tick, together
+        await ticks[-1].wait()
+
+    def tick(seconds: float) -> None:
+        clock.advance(seconds)
+        ticks.append(anyio.Event())
+        ticks[-2].set()
+
+    answers: list[anyio.Event] = []
+
+    async def service(scope, receive, send):
+        answered = anyio.Event()
+        answers.append(answered)
+        await answered.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    source = LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4, now=clock())
+    app = AdmitGate(service, rate=source, clock=clock, sleep=sleep, settings=Settings(burst=50, max_pacing_delay=1.0))
+    probes = app.gate.probes
+    async with anyio.create_task_group() as group:
+        for _ in range(14):
+            group.start_soon(call, app, http_scope())
+        await anyio.wait_all_tasks_blocked()
+        assert (len(answers), probes.inflight, probes.limit, app.gate.waiters) == (4, 4, 4.0, 10)
+        answers[0].set()  # one answer: three in flight, and a limit of five
+        await anyio.wait_all_tasks_blocked()
+        assert (probes.inflight, probes.limit) == (3, 5.0)
+        tick(0.02)
+        await anyio.wait_all_tasks_blocked()
+        assert (len(answers), probes.inflight, app.gate.waiters) == (6, 5, 8)
+        group.cancel_scope.cancel()
