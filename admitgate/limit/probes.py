@@ -10,8 +10,11 @@ the service.
 The probes also keep the *in-flight limit* when a live capacity asks for one (:meth:`Probes.bound`): how
 many requests the service has been seen to hold, which the gate does not admit beyond. It starts at its
 floor, grows by one for each response served (doubling each latency while they are served: TCP's slow
-start) and halves for each 5xx; as each bucket closes it is held within ``GAIN`` times the most in flight
-in any bucket of the last ``LIMIT_SPAN`` seconds that served something, and never below the floor. A service
+start) and halves for each 5xx; as each bucket closes it is held within ``GAIN`` times the mean in flight
+over the buckets of the last ``LIMIT_SPAN`` seconds that served something, and never below the floor. If none
+served, it is put back at the floor when nothing is in flight (an idle spell) or once the service has been
+silent for ``GAIN`` times the latency of its slowest answer (stalled); until then it stands (a slow service,
+whose answers are further apart than ``LIMIT_SPAN``). A service
 that stops serving (an outage beginning) so receives at most the limit in force, not a rate's worth per
 latency until an estimator can tell; a herd landing on an idle service goes in at the pace its answers
 come back, within a few latencies of the full rate.
@@ -66,6 +69,7 @@ class Probes:
 
     __slots__ = (
         "_admitted",
+        "_answers_due",
         "_area",
         "_completed",
         "_drops",
@@ -105,6 +109,9 @@ class Probes:
         self.floor: float | None = None  #: the in-flight limit's floor, requests (None: no limit, see bound)
         self.limit = math.inf  #: requests the gate may have in flight now (see :meth:`bound`)
         self._span = max(1, round(LIMIT_SPAN / self.width))  # buckets the limit's ceiling looks back over
+        #: until when a service with requests in flight may stay silent before the ceiling takes it for idle or
+        #: stalled: twice the latency of its slowest answer, from that answer (seconds)
+        self._answers_due = now
 
     def bound(self, floor: float) -> None:
         """Keep an in-flight limit that starts at ``floor`` requests and is never held below it (at least 1), or,
@@ -144,6 +151,9 @@ class Probes:
                 self.limit = limit if limit > 1.0 else 1.0
         else:
             self.limit += 1  # (inf without a limit)
+            due = now + GAIN * latency
+            if due > self._answers_due:
+                self._answers_due = due
 
     def fail(self, now: float) -> None:
         """The app raised before finishing the response."""
@@ -206,9 +216,13 @@ class Probes:
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
         floor = self.floor
-        if floor is not None:  # the limit's ceiling: GAIN times the most in flight while the service served
+        if floor is not None:  # the limit's ceiling: GAIN times the mean in flight while the service served
             held = [b.busy for b in islice(reversed(self.ring), self._span) if b.completed > b.drops]
-            self.limit = min(self.limit, max(floor, GAIN * sum(held) / len(held) if held else 0.0))
+            if held:
+                self.limit = min(self.limit, max(floor, GAIN * sum(held) / len(held)))
+            elif not self.inflight or now >= self._answers_due:  # idle, or silent for longer than it answers in
+                self.limit = min(self.limit, floor)
+            # (else a slow service, its answers further apart than LIMIT_SPAN: the limit stands until they are due)
 
     def __repr__(self) -> str:
         return f"Probes(inflight={self.inflight}, completed={self.total}, buckets={len(self.ring)})"
