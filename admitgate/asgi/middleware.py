@@ -204,8 +204,8 @@ class AdmitGate:
                     send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
         bound = self._bound
-        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight <
-                bound.limit) and take(rule.cost, now):  # fmt: skip
+        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight -
+                bound.answered < bound.limit) and take(rule.cost, now):  # fmt: skip
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
             if self._bare:
                 app = self.app
@@ -285,9 +285,10 @@ class AdmitGate:
                       entered: bool = False) -> None:  # fmt: skip
         """Serve an admitted request under ``probes`` (a live capacity).
 
-        In flight from ``now`` (``entered``: put in flight already, by its hold); latency until the app has
-        finished its response (the app returns after its last body chunk, so streaming counts in full), and the
-        outcome. An app that raises is an error; a cancelled one (the client went away) gives no sample.
+        In flight from ``now`` (``entered``: put in flight already, by its hold), and answered from its
+        response's start (the in-flight limit leaves it out from then: see :class:`Probes`); latency until the
+        app has finished its response (the app returns after its last body chunk, so streaming counts in full),
+        and the outcome. An app that raises is an error; a cancelled one (the client went away) gives no sample.
         """
         if not entered:
             probes.admit(now)
@@ -297,19 +298,21 @@ class AdmitGate:
             nonlocal status
             if not status:  # the first message is http.response.start
                 status = message.get("status", 0)
+                if status:  # answered: its body may stream on, but the in-flight limit leaves it out
+                    probes.answered += 1
             return send(message)
 
         try:
             await self.app(scope, receive, probe_send)
         except Exception:
-            probes.fail(self.clock())
+            probes.fail(self.clock(), bool(status))
             raise
         except BaseException:
-            probes.cancel(self.clock())
+            probes.cancel(self.clock(), bool(status))
             raise
         end = self.clock()
         if status:
-            probes.complete(end - now, status, end)
+            probes.complete(end - now, status, end, True)
         else:  # returned without a response
             probes.cancel(end)
 

@@ -373,7 +373,7 @@ class Gate:
             return ADMITTED
         keep = priority.reserve * pacer.burst
         bound = self.bound
-        if (bound is None or bound.inflight < bound.limit) and pacer.try_take(cost, now, keep):
+        if (bound is None or bound.inflight - bound.answered < bound.limit) and pacer.try_take(cost, now, keep):
             if schedule.book:  # someone holds a place: if it is this client, it got in early
                 key = identify()
                 place = schedule.forget(key, now) if key is not None else None
@@ -475,9 +475,9 @@ class Gate:
     @property
     def full(self) -> bool:
         """The in-flight limit is reached (see :mod:`admitgate.limit.probes`): nothing more goes in until the
-        service answers (False without a limit)."""
+        service answers (False without a limit). Requests whose response has begun are not counted."""
         bound = self.bound
-        return bound is not None and bound.inflight >= bound.limit
+        return bound is not None and bound.inflight - bound.answered >= bound.limit
 
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
         """A hold whose token (of the current epoch) is due: in if there is room in flight; else held on for room

@@ -65,6 +65,10 @@ class Probes:
     :meth:`complete` (response finished), :meth:`fail` (the app raised) or :meth:`cancel` (the
     client went away, or the task was cancelled). The gate calls :meth:`limited` for each request
     it paced or rejected. Readers call :meth:`roll` with the current time, then read :attr:`ring`.
+
+    A request whose response has begun is *answered* (the middleware adds it to :attr:`answered` as the
+    response starts, and says so as it ends): its body may stream on for minutes (an event stream, a
+    download), and it is in flight until it ends, but the in-flight limit leaves it out (:attr:`unanswered`).
     """
 
     __slots__ = (
@@ -84,6 +88,7 @@ class Probes:
         "_total_drops",
         "_total_errors",
         "_total_latency",
+        "answered",
         "floor",
         "histogram",
         "inflight",
@@ -99,6 +104,7 @@ class Probes:
         self._next = (self._index + 1) * self.width  # when the current bucket ends
         self.ring: deque[Bucket] = deque(maxlen=buckets)
         self.inflight = 0
+        self.answered = 0  #: requests in flight whose response has begun (see the class docstring)
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
         self._area, self._t = 0.0, now  # in-flight × seconds so far in the bucket, and when it was last moved
@@ -133,10 +139,13 @@ class Probes:
         self.inflight = inflight + 1
         self._admitted += 1
 
-    def complete(self, latency: float, status: int, now: float) -> None:
-        """Its response finished at ``now`` after ``latency`` seconds with ``status``."""
+    def complete(self, latency: float, status: int, now: float, answered: bool = False) -> None:
+        """Its response finished at ``now`` after ``latency`` seconds with ``status``. ``answered``: it was counted
+        answered as its response began."""
         if now >= self._next:
             self.roll(now)
+        if answered:
+            self.answered -= 1
         inflight = self.inflight
         self._area += inflight * (now - self._t)
         self._t = now
@@ -155,15 +164,18 @@ class Probes:
             if due > self._answers_due:
                 self._answers_due = due
 
-    def fail(self, now: float) -> None:
-        """The app raised before finishing the response."""
-        self.cancel(now)
+    def fail(self, now: float, answered: bool = False) -> None:
+        """The app raised before finishing the response (``answered``: after it began)."""
+        self.cancel(now, answered)
         self._errors += 1
 
-    def cancel(self, now: float) -> None:
-        """The request was abandoned at ``now``: it frees its place and gives no sample."""
+    def cancel(self, now: float, answered: bool = False) -> None:
+        """The request was abandoned at ``now`` (``answered``: after its response began): it frees its place and
+        gives no sample."""
         if now >= self._next:
             self.roll(now)
+        if answered:
+            self.answered -= 1
         inflight = self.inflight
         self._area += inflight * (now - self._t)
         self._t = now
@@ -174,6 +186,11 @@ class Probes:
         self._shed += 1
 
     # -- readers -----------------------------------------------------------------------------
+    @property
+    def unanswered(self) -> int:
+        """Requests in flight whose response has not begun: what the in-flight limit bounds."""
+        return self.inflight - self.answered
+
     @property
     def total(self) -> int:
         """Responses completed so far (lifetime)."""
