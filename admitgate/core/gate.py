@@ -458,7 +458,12 @@ class Gate:
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
         """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
         request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
-        began."""
+        began. A token due but no room in flight: held for room (see :meth:`_in`) within ``max_pacing_delay``,
+        and with no window at all (0: pacing off) turned away at once as :meth:`_in` turns a hold away."""
+        room = token is not None and wait <= DUE_SLACK and self.full  # its token is due, but there is no room
+        if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
+            self.pacer.give(cost, now)
+            return self._reject(key, (self.schedule.head(now), cost, now), now, early=False)
         self.waiters += 1
         if not held:
             pacing = self.stats.pacing
@@ -467,7 +472,9 @@ class Gate:
             if self.probes is not None:
                 self.probes.limited()
         delay = min(wait, self.recheck)
-        if delay <= DUE_SLACK and self.full:  # its token is due, but there is no room in flight
+        if room:
+            delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
+        elif delay <= DUE_SLACK and self.full:  # (a returner whose window ends before its place is due)
             delay = ROOM_WAIT
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
                         since, now + wait)  # fmt: skip
