@@ -111,6 +111,32 @@ def test_the_inflight_limit_grows_by_one_per_response_served_and_halves_per_drop
     assert p.limit == 2.0
 
 
+def test_a_share_of_5xx_halves_the_inflight_limit_once_per_latency_while_the_service_serves_between_them() -> None:
+    """A service taking 0.1 s per request and asked for 100 at a time (1,000/s), one answer in 20 a 500 (a failing
+    route). A 5xx whose request went in before the last halving, with answers served since, is of the same event
+    (TCP halves once per window): it does not halve the limit again. (Each 5xx halved it, and the 19 answers between
+    two raised it by 19: the service was sent under a third of what it holds, 296 of 1,000/s in the last second.)
+    With nothing served between them (a service that answers only errors), each 5xx still halves it: see above."""
+    p = Probes(width=0.1, buckets=50, now=0.0)
+    p.bound(4)
+    due: deque[float] = deque()
+    answers = 0
+    served = []
+    for step in range(5000):  # five seconds in 1 ms steps
+        t = step / 1000
+        while due and due[0] <= t:
+            due.popleft()
+            answers += 1
+            p.complete(0.1, 500 if answers % 20 == 0 else 200, t)
+            served.append(t)
+        p.roll(t)
+        while p.inflight < min(p.limit, 100):
+            p.admit(t)
+            due.append(t + 0.1)
+    assert sum(1 for t in served if t >= 4.0) >= 950  # the last second: all it was asked for
+    assert p.limit >= 100
+
+
 def test_the_inflight_limit_is_held_within_twice_the_mean_in_flight_while_the_service_served() -> None:
     p = Probes(width=0.1, buckets=50, now=0.0)
     p.bound(4)

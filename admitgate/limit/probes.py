@@ -10,14 +10,15 @@ the service.
 The probes also keep the *in-flight limit* when a live capacity asks for one (:meth:`Probes.bound`): how
 many requests the service has been seen to hold, which the gate does not admit beyond. It starts at its
 floor, grows by one for each response served (doubling each latency while they are served: TCP's slow
-start) and halves for each 5xx; as each bucket closes it is held within ``GAIN`` times the mean in flight
-over the buckets of the last ``LIMIT_SPAN`` seconds that served something, and never below the floor. If none
-served, it is put back at the floor when nothing is in flight (an idle spell) or once the service has been
-silent for ``GAIN`` times the latency of its slowest answer (stalled); until then it stands (a slow service,
-whose answers are further apart than ``LIMIT_SPAN``). A service
-that stops serving (an outage beginning) so receives at most the limit in force, not a rate's worth per
-latency until an estimator can tell; a herd landing on an idle service goes in at the pace its answers
-come back, within a few latencies of the full rate.
+start) and halves for each 5xx (once per latency while answers are served between them: a 5xx whose request
+went in before the last halving is of the same event, as TCP halves once per window); as each bucket closes
+it is held within ``GAIN`` times the mean in flight over the buckets of the last ``LIMIT_SPAN`` seconds that
+served something, and never below the floor. If none served, it is put back at the floor when nothing is in
+flight (an idle spell) or once the service has been silent for ``GAIN`` times the latency of its slowest
+answer (stalled); until then it stands (a slow service, whose answers are further apart than
+``LIMIT_SPAN``). A service that stops serving (an outage beginning) so receives at most the limit in force,
+not a rate's worth per latency until an estimator can tell; a herd landing on an idle service goes in at the
+pace its answers come back, within a few latencies of the full rate.
 
 Samples go into the current time bucket (``width`` seconds, 0.1 by default); a finished bucket is
 pushed onto a ring of the last ``buckets`` (50: five seconds). Nothing else happens per request, so
@@ -78,9 +79,11 @@ class Probes:
         "_completed",
         "_drops",
         "_errors",
+        "_halved",
         "_index",
         "_latency",
         "_next",
+        "_served",
         "_shed",
         "_span",
         "_t",
@@ -118,6 +121,7 @@ class Probes:
         #: until when a service with requests in flight may stay silent before the ceiling takes it for idle or
         #: stalled: twice the latency of its slowest answer, from that answer (seconds)
         self._answers_due = now
+        self._halved, self._served = -math.inf, -1  # the limit's last halving: when, and responses served by then
 
     def bound(self, floor: float) -> None:
         """Keep an in-flight limit that starts at ``floor`` requests and is never held below it (at least 1), or,
@@ -156,8 +160,13 @@ class Probes:
         if status >= 500:
             self._drops += 1
             if self.floor is not None:
-                limit = self.limit / 2
-                self.limit = limit if limit > 1.0 else 1.0
+                # Once per event: again only for a request that went in after the last halving, or with nothing
+                # served since (a service answering only errors goes down to one request a 5xx at a time).
+                served = self._total + self._completed - self._total_drops - self._drops
+                if now - latency >= self._halved or served == self._served:
+                    limit = self.limit / 2
+                    self.limit = limit if limit > 1.0 else 1.0
+                    self._halved, self._served = now, served
         else:
             self.limit += 1  # (inf without a limit)
             due = now + GAIN * latency
