@@ -539,6 +539,20 @@ def test_a_request_that_finds_no_room_is_held_no_longer_than_max_pacing_delay(ma
     assert g.stats.rejected == 1 and g.probes.inflight == 4
 
 
+def test_a_hold_for_room_whose_client_leaves_gives_its_due_token_back() -> None:
+    """Three held for room, their tokens due; the first two clients leave. Their tokens are due and unclaimed, as a
+    hold turned away finds its own (Gate._in): back in the bucket, whatever was reserved after them. (Refunded only
+    while its place was the newest reservation's, the second went unused: 4 tokens at the end instead of 5.)"""
+    g = bounded(1.0, burst=10)
+    for i in range(4):
+        go_in(g, admit(g, 0.0, key=i), 0.0)
+    held = [admit(g, 0.0, key=f"h{i}") for i in range(3)]
+    assert all(d.verdict is Verdict.PACE and d.delay == ROOM_WAIT for d in held)
+    assert g.pacer.tokens(0.0) == pytest.approx(3.0)
+    assert g.end_hold(held[0], 0.01, gone=True) is None and g.end_hold(held[1], 0.01, gone=True) is None
+    assert g.pacer.tokens(0.01) == pytest.approx(5.0 + 0.01) and g.waiters == 1
+
+
 def test_critical_requests_are_never_held_for_room_in_flight() -> None:
     g = bounded(100.0, burst=10)
     for _ in range(4):

@@ -577,7 +577,10 @@ class Gate:
         if gone:
             self.stats.abandoned += 1
             if token is not None and current:
-                pacer.refund(decision.cost, now, token)
+                if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
+                    pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
+                else:
+                    pacer.refund(decision.cost, now, token)
             return None
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
