@@ -520,6 +520,39 @@ def test_a_hold_that_finds_no_room_in_its_window_is_placed_at_the_head_of_the_sc
     assert g.pacer.tokens(0.1) == pytest.approx(4.0 + 2 + 0.1)  # the two given back, and 0.1 s of refill at 1/s
 
 
+@pytest.mark.parametrize("max_pacing_delay", [0.0, 0.005])
+def test_a_request_that_finds_no_room_is_held_no_longer_than_max_pacing_delay(max_pacing_delay: float) -> None:
+    """max_pacing_delay 0 (pacing off): a request with a free token but no room in flight is turned away at once,
+    with a place at the head and its token back in the bucket, never held; below ROOM_WAIT, it is held at most that
+    long. (It was held ROOM_WAIT, 20 ms, whatever max_pacing_delay said, then turned away.)"""
+    g = bounded(100.0, burst=10, max_pacing_delay=max_pacing_delay)
+    for i in range(4):
+        go_in(g, admit(g, 0.0, key=i), 0.0)
+    d = admit(g, 0.0, key="late")
+    if max_pacing_delay == 0:
+        assert d.verdict is Verdict.REJECT and d.delay == 0 and d.retry_after >= 1 and g.waiters == 0
+        at = 0.0
+    else:
+        [(d, at)] = serve(g, [d], 0.0)
+        assert d.verdict is Verdict.REJECT and at <= max_pacing_delay + 1e-9 and g.waiters == 0
+    assert g.pacer.tokens(at) == pytest.approx(6.0 + 100 * at)  # its token back in the bucket (and the refill)
+    assert g.stats.rejected == 1 and g.probes.inflight == 4
+
+
+def test_a_hold_for_room_whose_client_leaves_gives_its_due_token_back() -> None:
+    """Three held for room, their tokens due; the first two clients leave. Their tokens are due and unclaimed, as a
+    hold turned away finds its own (Gate._in): back in the bucket, whatever was reserved after them. (Refunded only
+    while its place was the newest reservation's, the second went unused: 4 tokens at the end instead of 5.)"""
+    g = bounded(1.0, burst=10)
+    for i in range(4):
+        go_in(g, admit(g, 0.0, key=i), 0.0)
+    held = [admit(g, 0.0, key=f"h{i}") for i in range(3)]
+    assert all(d.verdict is Verdict.PACE and d.delay == ROOM_WAIT for d in held)
+    assert g.pacer.tokens(0.0) == pytest.approx(3.0)
+    assert g.end_hold(held[0], 0.01, gone=True) is None and g.end_hold(held[1], 0.01, gone=True) is None
+    assert g.pacer.tokens(0.01) == pytest.approx(5.0 + 0.01) and g.waiters == 1
+
+
 def test_critical_requests_are_never_held_for_room_in_flight() -> None:
     g = bounded(100.0, burst=10)
     for _ in range(4):

@@ -464,3 +464,83 @@ async def test_a_static_rate_records_no_probes(clock: ManualClock, sleep) -> Non
     gate = AdmitGate(Recorder(), rate=10, clock=clock, sleep=sleep)
     assert gate.gate.probes is None
     assert (await call(gate, http_scope()))[0] == 200
+
+
+@pytest.mark.anyio
+async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_leaves(clock: ManualClock) -> None:
+    """Ten requests held for room under the in-flight limit wake at the same instant after one answer (a real event
+    loop runs every timer that is due in one pass). The answer leaves room for two: two go in, eight are held on.
+    (A hold let in was counted in flight only once its watcher's task group had exited, an await later: each of
+    the ten found the same room free, and all ten went in, 13 in flight under a limit of 5.)"""
+    from admitgate.limit.capacity import LiveCapacity
+    from admitgate.limit.estimators import Static
+
+    ticks = [anyio.Event()]
+
+    async def sleep(seconds: float) -> None:  # every hold wakes at the next tick, together
+        await ticks[-1].wait()
+
+    def tick(seconds: float) -> None:
+        clock.advance(seconds)
+        ticks.append(anyio.Event())
+        ticks[-2].set()
+
+    answers: list[anyio.Event] = []
+
+    async def service(scope, receive, send):
+        answered = anyio.Event()
+        answers.append(answered)
+        await answered.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    source = LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4, now=clock())
+    app = AdmitGate(service, rate=source, clock=clock, sleep=sleep, settings=Settings(burst=50, max_pacing_delay=1.0))
+    probes = app.gate.probes
+    async with anyio.create_task_group() as group:
+        for _ in range(14):
+            group.start_soon(call, app, http_scope())
+        await anyio.wait_all_tasks_blocked()
+        assert (len(answers), probes.inflight, probes.limit, app.gate.waiters) == (4, 4, 4.0, 10)
+        answers[0].set()  # one answer: three in flight, and a limit of five
+        await anyio.wait_all_tasks_blocked()
+        assert (probes.inflight, probes.limit) == (3, 5.0)
+        tick(0.02)
+        await anyio.wait_all_tasks_blocked()
+        assert (len(answers), probes.inflight, app.gate.waiters) == (6, 5, 8)
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_streamed_responses_leave_room_under_the_inflight_limit_once_answered(clock: ManualClock, sleep) -> None:
+    """Four event streams open on a fresh server (a live capacity, the default: an in-flight limit of four): each is
+    answered at once and streams on for as long as its client stays. They are answered, so they leave the limit's
+    room: a plain request goes in. (Counted until their bodies ended, they filled the limit for good: nothing else
+    went in, every plain request was held for room and turned away with a 429, for as long as the streams lasted.)"""
+    from admitgate.limit.capacity import LiveCapacity
+    from admitgate.limit.estimators import Static
+
+    ends: list[anyio.Event] = []
+
+    async def service(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/events":
+            await send({"type": "http.response.body", "body": b"data: hello\n\n", "more_body": True})
+            end = anyio.Event()
+            ends.append(end)
+            await end.wait()
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    app = AdmitGate(service, rate=LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4, now=clock()),
+                    clock=clock, sleep=sleep)  # fmt: skip
+    probes = app.gate.probes
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(call, app, http_scope("/events"))
+        await anyio.wait_all_tasks_blocked()
+        assert (len(ends), probes.inflight, probes.limit) == (4, 4, 4.0)
+        assert [(await call(app, http_scope("/x")))[0] for _ in range(3)] == [200] * 3
+        assert app.gate.stats.rejected == 0 and probes.inflight == 4  # (in flight still: their bodies stream on)
+        for end in ends:
+            end.set()
+    assert (probes.inflight, probes.answered) == (0, 0) and not app.gate.full

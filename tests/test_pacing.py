@@ -77,3 +77,35 @@ async def test_a_tarpitted_429_cancelled_while_held_gives_its_tarpit_slot_back(c
 
         await hold(g, clock, cancelled, early, scope(), receive)
     assert server.cancelled_caught and g.tarpitted == 0
+
+
+@pytest.mark.anyio
+async def test_a_hold_let_in_is_in_flight_at_once_and_gives_its_place_back_if_cancelled_before_the_app(
+    clock: ManualClock, sleep
+) -> None:
+    """With probes, the hold puts the request it lets in in flight before its last await (the task group's exit),
+    where another hold woken in the same pass would otherwise find the same room; cancelled there (a shutdown), it
+    never reaches the app, and its place in flight comes back."""
+    from admitgate.limit.probes import Probes
+
+    g = Gate(Rate(10.0), Settings(burst=1, max_pacing_delay=1.0), now=clock())
+    g.admit(1.0, DEFAULT, clock(), lambda: None)
+    decision = g.admit(1.0, DEFAULT, clock(), lambda: None)
+    assert decision.verdict is Verdict.PACE
+    probes = Probes(now=clock())
+
+    async def receive() -> dict:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    after, _ = await hold(g, clock, sleep, decision, scope(), receive, probes)
+    assert after is not None and after.verdict is Verdict.ADMIT and probes.inflight == 1
+    decision = g.admit(1.0, DEFAULT, clock(), lambda: None)
+    with anyio.CancelScope() as server:
+
+        async def cancelled(seconds: float) -> None:  # the server cancels the request as its hold ends
+            clock.advance(seconds)
+            server.cancel()
+
+        await hold(g, clock, cancelled, decision, scope(), receive, probes)
+    assert server.cancelled_caught and probes.inflight == 1 and g.waiters == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import pytest
 from hypothesis import given
@@ -110,6 +111,32 @@ def test_the_inflight_limit_grows_by_one_per_response_served_and_halves_per_drop
     assert p.limit == 2.0
 
 
+def test_a_share_of_5xx_halves_the_inflight_limit_once_per_latency_while_the_service_serves_between_them() -> None:
+    """A service taking 0.1 s per request and asked for 100 at a time (1,000/s), one answer in 20 a 500 (a failing
+    route). A 5xx whose request went in before the last halving, with answers served since, is of the same event
+    (TCP halves once per window): it does not halve the limit again. (Each 5xx halved it, and the 19 answers between
+    two raised it by 19: the service was sent under a third of what it holds, 296 of 1,000/s in the last second.)
+    With nothing served between them (a service that answers only errors), each 5xx still halves it: see above."""
+    p = Probes(width=0.1, buckets=50, now=0.0)
+    p.bound(4)
+    due: deque[float] = deque()
+    answers = 0
+    served = []
+    for step in range(5000):  # five seconds in 1 ms steps
+        t = step / 1000
+        while due and due[0] <= t:
+            due.popleft()
+            answers += 1
+            p.complete(0.1, 500 if answers % 20 == 0 else 200, t)
+            served.append(t)
+        p.roll(t)
+        while p.inflight < min(p.limit, 100):
+            p.admit(t)
+            due.append(t + 0.1)
+    assert sum(1 for t in served if t >= 4.0) >= 950  # the last second: all it was asked for
+    assert p.limit >= 100
+
+
 def test_the_inflight_limit_is_held_within_twice_the_mean_in_flight_while_the_service_served() -> None:
     p = Probes(width=0.1, buckets=50, now=0.0)
     p.bound(4)
@@ -127,6 +154,36 @@ def test_the_inflight_limit_is_held_within_twice_the_mean_in_flight_while_the_se
     p.complete(0.1, 503, t + 2.1)
     p.roll(t + 3.0)
     assert p.limit == 2.0  # the ceiling never lifts it: only responses served do
+
+
+def test_a_slow_service_keeps_its_inflight_limit_between_answers_further_apart_than_the_ceilings_span() -> None:
+    """A service that takes 10 s per request, asked once every 2 s: it holds five at once, and answers every 2 s,
+    each a 200. Its limit must let the five in. (The ceiling took each second without an answer for an idle spell
+    and put the limit back at the floor, four, while five were in flight and being served: one request in five
+    was held for room and turned away for as long as the service ran, 12 of 60 over two minutes.)"""
+    p = Probes(width=0.1, buckets=50, now=0.0)
+    p.bound(4)
+    due: deque[float] = deque()
+    turned = []
+    for step in range(12000):  # two minutes in 10 ms steps
+        t = step / 100
+        while due and due[0] <= t:
+            due.popleft()
+            p.complete(10.0, 200, t)
+        p.roll(t)
+        if step % 200 == 0:  # one request every 2 s
+            if p.inflight < p.limit:
+                p.admit(t)
+                due.append(t + 10.0)
+            else:
+                turned.append(t)
+    assert turned == [8.0]  # the fifth, before the first answer (the floor: slow start)
+    assert p.inflight == 5 and p.limit >= 5
+    p.admit(120.0)
+    p.roll(137.0)  # silent since its last answer (118 s) with six in flight: within twice its latency, it stands
+    assert p.limit >= 6
+    p.roll(139.0)  # silent for longer than twice the latency of its answers: stalled, back at the floor
+    assert p.limit == 4.0
 
 
 @given(st.lists(st.tuples(st.sampled_from(["admit", "ok", "drop", "cancel"]), st.floats(0, 0.3)), max_size=80),

@@ -204,8 +204,8 @@ class AdmitGate:
                     send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
         bound = self._bound
-        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight <
-                bound.limit) and take(rule.cost, now):  # fmt: skip
+        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight -
+                bound.answered < bound.limit) and take(rule.cost, now):  # fmt: skip
             # Gate.admit's first branch, inlined: nobody holds a place and a token is free
             if self._bare:
                 app = self.app
@@ -234,8 +234,8 @@ class AdmitGate:
         if probes is None:
             app = self.app
             await app(scope, receive, send)
-        else:
-            await self._probed(scope, receive, send, now, probes)
+        else:  # (let in after a hold: in flight already, see _settle)
+            await self._probed(scope, receive, send, now, probes, outcome == AFTER_PACING)
 
     # The slow path and the probed path are methods of their own: a closure in __call__ would make its
     # captured variables cells, allocated on every request, the fast path's included.
@@ -262,11 +262,13 @@ class AdmitGate:
         """Hold ``decision``'s request for its delay, or reject it.
 
         Returns ``(outcome, receive, now)`` for a request to serve (``receive`` is wrapped while it was
-        held, ``now`` is the time it was let in), or None once it is answered or its client went away.
+        held, ``now`` is the time it was let in), or None once it is answered or its client went away. A request
+        let in (``AFTER_PACING``) is in flight in the probes already: the hold put it there as it let it in.
         """
         if decision.delay:
             paced = decision.verdict is Verdict.PACE
-            after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive)
+            probes = self._probes if paced else None  # (a tarpit's hold ends in its 429)
+            after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive, probes)
             if after is None:  # the client went away while held
                 if self._tally_on:
                     self._count(rule, ABANDONED)
@@ -279,33 +281,38 @@ class AdmitGate:
         await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
         return None
 
-    async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes) -> None:
+    async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes,
+                      entered: bool = False) -> None:  # fmt: skip
         """Serve an admitted request under ``probes`` (a live capacity).
 
-        In flight from ``now``; latency until the app has finished its response (the app returns after its
-        last body chunk, so streaming counts in full), and the outcome. An app that raises is an error; a
-        cancelled one (the client went away) gives no sample.
+        In flight from ``now`` (``entered``: put in flight already, by its hold), and answered from its
+        response's start (the in-flight limit leaves it out from then: see :class:`Probes`); latency until the
+        app has finished its response (the app returns after its last body chunk, so streaming counts in full),
+        and the outcome. An app that raises is an error; a cancelled one (the client went away) gives no sample.
         """
-        probes.admit(now)
+        if not entered:
+            probes.admit(now)
         status = 0
 
         def probe_send(message: Message) -> Awaitable[None]:  # returns send's awaitable: no extra coroutine
             nonlocal status
             if not status:  # the first message is http.response.start
                 status = message.get("status", 0)
+                if status:  # answered: its body may stream on, but the in-flight limit leaves it out
+                    probes.answered += 1
             return send(message)
 
         try:
             await self.app(scope, receive, probe_send)
         except Exception:
-            probes.fail(self.clock())
+            probes.fail(self.clock(), bool(status))
             raise
         except BaseException:
-            probes.cancel(self.clock())
+            probes.cancel(self.clock(), bool(status))
             raise
         end = self.clock()
         if status:
-            probes.complete(end - now, status, end)
+            probes.complete(end - now, status, end, True)
         else:  # returned without a response
             probes.cancel(end)
 

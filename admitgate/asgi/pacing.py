@@ -12,6 +12,7 @@ import anyio
 
 from ..core.clock import Clock
 from ..core.gate import Decision, Gate, Verdict
+from ..limit.probes import Probes
 from .types import Message, Receive, Scope
 
 #: How the hold sleeps: ``anyio.sleep``, or a virtual clock's sleep in tests (seconds).
@@ -31,9 +32,13 @@ def small_body(scope: Scope) -> bool:
     return True
 
 
-async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope: Scope, receive: Receive
-               ) -> tuple[Decision | None, Receive]:  # fmt: skip
+async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope: Scope, receive: Receive,
+               probes: Probes | None = None) -> tuple[Decision | None, Receive]:  # fmt: skip
     """Serve the gate's holds (sleeping on ``sleep``) until it says admit or reject; None if the client went away.
+
+    With ``probes``, a request let in is put in flight in them (:meth:`Probes.admit`) the moment the gate lets it
+    in, before the hold's last await: the gate's in-flight limit counts it from then on. (Counted by the caller
+    after the hold had ended, every hold woken in the same pass of the event loop found the same room free.)
 
     The tarpit holds a 429 (nothing to watch). A paced request is held without reading its body, and
     the body stays with the server, whose flow control pushes back on the client. Only a request with
@@ -56,7 +61,15 @@ async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope
             gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
             holding.cancel()  # the client left: stop holding
 
+    def enter(let: Decision | None) -> bool:
+        """Put ``let`` in flight if it lets the request in (see above); True if it does."""
+        if probes is None or let is None or let.delay or let.verdict is Verdict.REJECT:
+            return False
+        probes.admit(clock())
+        return True
+
     current: Decision | None = decision
+    entered = False
     while current is not None and current.delay:
         if current.verdict is Verdict.REJECT:
             try:
@@ -79,9 +92,13 @@ async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope
                     await sleep(held.delay)
                     held = gate.end_hold(held, clock())
                 over = True
+                entered = enter(held)  # (now: the task group's exit below is an await)
                 watching.cancel_scope.cancel()
         except BaseException:
-            if held is not None and held.delay:  # (a hold, or the tarpit it ended in: its slot comes back)
+            if entered:  # let in, but it never reaches the app: its place in flight comes back
+                assert probes is not None
+                probes.cancel(clock())
+            elif held is not None and held.delay:  # (a hold, or the tarpit it ended in: its slot comes back)
                 gate.end_hold(held, clock(), gone=True)
             raise
         if over:
@@ -89,6 +106,7 @@ async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope
         else:  # the watcher ended the hold: the client left (or its read ended otherwise)
             assert held is not None
             current = gate.end_hold(held, clock(), gone)
+            entered = enter(current)
     if first is None:
         return current, receive
     replayed = False

@@ -373,7 +373,7 @@ class Gate:
             return ADMITTED
         keep = priority.reserve * pacer.burst
         bound = self.bound
-        if (bound is None or bound.inflight < bound.limit) and pacer.try_take(cost, now, keep):
+        if (bound is None or bound.inflight - bound.answered < bound.limit) and pacer.try_take(cost, now, keep):
             if schedule.book:  # someone holds a place: if it is this client, it got in early
                 key = identify()
                 place = schedule.forget(key, now) if key is not None else None
@@ -458,7 +458,12 @@ class Gate:
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
         """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
         request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
-        began."""
+        began. A token due but no room in flight: held for room (see :meth:`_in`) within ``max_pacing_delay``,
+        and with no window at all (0: pacing off) turned away at once as :meth:`_in` turns a hold away."""
+        room = token is not None and wait <= DUE_SLACK and self.full  # its token is due, but there is no room
+        if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
+            self.pacer.give(cost, now)
+            return self._reject(key, (self.schedule.head(now), cost, now), now, early=False)
         self.waiters += 1
         if not held:
             pacing = self.stats.pacing
@@ -467,7 +472,9 @@ class Gate:
             if self.probes is not None:
                 self.probes.limited()
         delay = min(wait, self.recheck)
-        if delay <= DUE_SLACK and self.full:  # its token is due, but there is no room in flight
+        if room:
+            delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
+        elif delay <= DUE_SLACK and self.full:  # (a returner whose window ends before its place is due)
             delay = ROOM_WAIT
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
                         since, now + wait)  # fmt: skip
@@ -475,9 +482,9 @@ class Gate:
     @property
     def full(self) -> bool:
         """The in-flight limit is reached (see :mod:`admitgate.limit.probes`): nothing more goes in until the
-        service answers (False without a limit)."""
+        service answers (False without a limit). Requests whose response has begun are not counted."""
         bound = self.bound
-        return bound is not None and bound.inflight >= bound.limit
+        return bound is not None and bound.inflight - bound.answered >= bound.limit
 
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
         """A hold whose token (of the current epoch) is due: in if there is room in flight; else held on for room
@@ -570,7 +577,10 @@ class Gate:
         if gone:
             self.stats.abandoned += 1
             if token is not None and current:
-                pacer.refund(decision.cost, now, token)
+                if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
+                    pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
+                else:
+                    pacer.refund(decision.cost, now, token)
             return None
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)

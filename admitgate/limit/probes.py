@@ -10,11 +10,15 @@ the service.
 The probes also keep the *in-flight limit* when a live capacity asks for one (:meth:`Probes.bound`): how
 many requests the service has been seen to hold, which the gate does not admit beyond. It starts at its
 floor, grows by one for each response served (doubling each latency while they are served: TCP's slow
-start) and halves for each 5xx; as each bucket closes it is held within ``GAIN`` times the most in flight
-in any bucket of the last ``LIMIT_SPAN`` seconds that served something, and never below the floor. A service
-that stops serving (an outage beginning) so receives at most the limit in force, not a rate's worth per
-latency until an estimator can tell; a herd landing on an idle service goes in at the pace its answers
-come back, within a few latencies of the full rate.
+start) and halves for each 5xx (once per latency while answers are served between them: a 5xx whose request
+went in before the last halving is of the same event, as TCP halves once per window); as each bucket closes
+it is held within ``GAIN`` times the mean in flight over the buckets of the last ``LIMIT_SPAN`` seconds that
+served something, and never below the floor. If none served, it is put back at the floor when nothing is in
+flight (an idle spell) or once the service has been silent for ``GAIN`` times the latency of its slowest
+answer (stalled); until then it stands (a slow service, whose answers are further apart than
+``LIMIT_SPAN``). A service that stops serving (an outage beginning) so receives at most the limit in force,
+not a rate's worth per latency until an estimator can tell; a herd landing on an idle service goes in at the
+pace its answers come back, within a few latencies of the full rate.
 
 Samples go into the current time bucket (``width`` seconds, 0.1 by default); a finished bucket is
 pushed onto a ring of the last ``buckets`` (50: five seconds). Nothing else happens per request, so
@@ -62,17 +66,24 @@ class Probes:
     :meth:`complete` (response finished), :meth:`fail` (the app raised) or :meth:`cancel` (the
     client went away, or the task was cancelled). The gate calls :meth:`limited` for each request
     it paced or rejected. Readers call :meth:`roll` with the current time, then read :attr:`ring`.
+
+    A request whose response has begun is *answered* (the middleware adds it to :attr:`answered` as the
+    response starts, and says so as it ends): its body may stream on for minutes (an event stream, a
+    download), and it is in flight until it ends, but the in-flight limit leaves it out (:attr:`unanswered`).
     """
 
     __slots__ = (
         "_admitted",
+        "_answers_due",
         "_area",
         "_completed",
         "_drops",
         "_errors",
+        "_halved",
         "_index",
         "_latency",
         "_next",
+        "_served",
         "_shed",
         "_span",
         "_t",
@@ -80,6 +91,7 @@ class Probes:
         "_total_drops",
         "_total_errors",
         "_total_latency",
+        "answered",
         "floor",
         "histogram",
         "inflight",
@@ -95,6 +107,7 @@ class Probes:
         self._next = (self._index + 1) * self.width  # when the current bucket ends
         self.ring: deque[Bucket] = deque(maxlen=buckets)
         self.inflight = 0
+        self.answered = 0  #: requests in flight whose response has begun (see the class docstring)
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
         self._area, self._t = 0.0, now  # in-flight × seconds so far in the bucket, and when it was last moved
@@ -105,6 +118,10 @@ class Probes:
         self.floor: float | None = None  #: the in-flight limit's floor, requests (None: no limit, see bound)
         self.limit = math.inf  #: requests the gate may have in flight now (see :meth:`bound`)
         self._span = max(1, round(LIMIT_SPAN / self.width))  # buckets the limit's ceiling looks back over
+        #: until when a service with requests in flight may stay silent before the ceiling takes it for idle or
+        #: stalled: twice the latency of its slowest answer, from that answer (seconds)
+        self._answers_due = now
+        self._halved, self._served = -math.inf, -1  # the limit's last halving: when, and responses served by then
 
     def bound(self, floor: float) -> None:
         """Keep an in-flight limit that starts at ``floor`` requests and is never held below it (at least 1), or,
@@ -126,10 +143,13 @@ class Probes:
         self.inflight = inflight + 1
         self._admitted += 1
 
-    def complete(self, latency: float, status: int, now: float) -> None:
-        """Its response finished at ``now`` after ``latency`` seconds with ``status``."""
+    def complete(self, latency: float, status: int, now: float, answered: bool = False) -> None:
+        """Its response finished at ``now`` after ``latency`` seconds with ``status``. ``answered``: it was counted
+        answered as its response began."""
         if now >= self._next:
             self.roll(now)
+        if answered:
+            self.answered -= 1
         inflight = self.inflight
         self._area += inflight * (now - self._t)
         self._t = now
@@ -140,20 +160,31 @@ class Probes:
         if status >= 500:
             self._drops += 1
             if self.floor is not None:
-                limit = self.limit / 2
-                self.limit = limit if limit > 1.0 else 1.0
+                # Once per event: again only for a request that went in after the last halving, or with nothing
+                # served since (a service answering only errors goes down to one request a 5xx at a time).
+                served = self._total + self._completed - self._total_drops - self._drops
+                if now - latency >= self._halved or served == self._served:
+                    limit = self.limit / 2
+                    self.limit = limit if limit > 1.0 else 1.0
+                    self._halved, self._served = now, served
         else:
             self.limit += 1  # (inf without a limit)
+            due = now + GAIN * latency
+            if due > self._answers_due:
+                self._answers_due = due
 
-    def fail(self, now: float) -> None:
-        """The app raised before finishing the response."""
-        self.cancel(now)
+    def fail(self, now: float, answered: bool = False) -> None:
+        """The app raised before finishing the response (``answered``: after it began)."""
+        self.cancel(now, answered)
         self._errors += 1
 
-    def cancel(self, now: float) -> None:
-        """The request was abandoned at ``now``: it frees its place and gives no sample."""
+    def cancel(self, now: float, answered: bool = False) -> None:
+        """The request was abandoned at ``now`` (``answered``: after its response began): it frees its place and
+        gives no sample."""
         if now >= self._next:
             self.roll(now)
+        if answered:
+            self.answered -= 1
         inflight = self.inflight
         self._area += inflight * (now - self._t)
         self._t = now
@@ -164,6 +195,11 @@ class Probes:
         self._shed += 1
 
     # -- readers -----------------------------------------------------------------------------
+    @property
+    def unanswered(self) -> int:
+        """Requests in flight whose response has not begun: what the in-flight limit bounds."""
+        return self.inflight - self.answered
+
     @property
     def total(self) -> int:
         """Responses completed so far (lifetime)."""
@@ -206,9 +242,13 @@ class Probes:
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
         self._latency = 0.0
         floor = self.floor
-        if floor is not None:  # the limit's ceiling: GAIN times the most in flight while the service served
+        if floor is not None:  # the limit's ceiling: GAIN times the mean in flight while the service served
             held = [b.busy for b in islice(reversed(self.ring), self._span) if b.completed > b.drops]
-            self.limit = min(self.limit, max(floor, GAIN * sum(held) / len(held) if held else 0.0))
+            if held:
+                self.limit = min(self.limit, max(floor, GAIN * sum(held) / len(held)))
+            elif not self.inflight or now >= self._answers_due:  # idle, or silent for longer than it answers in
+                self.limit = min(self.limit, floor)
+            # (else a slow service, its answers further apart than LIMIT_SPAN: the limit stands until they are due)
 
     def __repr__(self) -> str:
         return f"Probes(inflight={self.inflight}, completed={self.total}, buckets={len(self.ring)})"
