@@ -218,6 +218,16 @@ class Share:
         return root.pacer.rate / self.basis if self.basis > 0 and root.backend is None else 1.0
 
 
+class Candidate:
+    """A key not established yet: its ``requests`` within ``Tenancy.window``, and the cost the newcomers' pool
+    ``asked`` for them in reallocation interval number ``round``."""
+
+    __slots__ = ("asked", "requests", "round")
+
+    def __init__(self, round: int) -> None:
+        self.requests, self.asked, self.round = 0, 0.0, round
+
+
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
@@ -268,9 +278,7 @@ class Tenants:
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
         self._raw: bytes | None = getattr(self._key, "raw", None)  # a header key's name (take reads it inline)
         self._entry = self._pools.data.get  # (for take: a pool's entry in one call, its expiry checked there)
-        #: keys not established yet: [requests within ``window``, cost the newcomers' pool asked for them in
-        #: reallocation interval number ``round``, that ``round``]
-        self._candidates: BoundedExpiringMap[list[float]] = BoundedExpiringMap(tenancy.max_tenants)
+        self._candidates: BoundedExpiringMap[Candidate] = BoundedExpiringMap(tenancy.max_tenants)
         self._phase = 0.0  # the last fraction _start gave
         #: what pools waking (or new) are given their first tokens from (see _start): the root's burst, refilled
         #: at what no pool is assigned (see _refill_credit)
@@ -495,10 +503,10 @@ class Tenants:
         tenancy = self.tenancy
         candidate = self._candidates.get(name, now)
         if candidate is None:
-            candidate = [0, 0.0, self._round]
+            candidate = Candidate(self._round)
             self._candidates.put(name, candidate, now + tenancy.window, now)
-        candidate[0] += 1
-        if candidate[0] < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
+        candidate.requests += 1
+        if candidate.requests < tenancy.establish or len(self._pools) >= tenancy.max_tenants:
             return self.newcomers
         self._candidates.pop(name, now)
         pool = self._pool(name, tenancy.weight(name), now)
@@ -508,9 +516,9 @@ class Tenants:
         # reallocation or two, and the herd was told Retry-After by what that left (up to 22 s where 11 s does,
         # in a test). Only that: its requests in an earlier interval were measured there already, and its early
         # returns were never counted (taken by their number instead, a key took the other newcomers' demand).
-        if candidate[2] == self._round:
+        if candidate.round == self._round:
             newcomers = self.newcomers
-            moved = min(newcomers.asked, candidate[1])
+            moved = min(newcomers.asked, candidate.asked)
             newcomers.asked -= moved
             pool.asked += moved
         return pool
@@ -520,9 +528,9 @@ class Tenants:
         candidate = self._candidates.get(name, now)
         if candidate is None:  # (forgotten: evicted, or the table is full)
             return
-        if candidate[2] != self._round:
-            candidate[1], candidate[2] = 0.0, self._round
-        candidate[1] += cost
+        if candidate.round != self._round:
+            candidate.asked, candidate.round = 0.0, self._round
+        candidate.asked += cost
 
     def limit_of(self, scope: Scope, now: float) -> tuple[TokenPacer, float]:
         """The bucket of the request's tenant and its entitlement, requests/s (an admitted response's fields)."""
