@@ -143,6 +143,35 @@ def test_a_flood_of_new_keys_competes_as_one_tenant() -> None:
     assert len(tenants) == 2  # no flood key ever got a pool
 
 
+@pytest.mark.parametrize(("newcomer_share", "least", "most"), [(0.1, 9.0, 15.0), (0.0, 0.0, 6.0)])
+def test_beside_many_busy_tenants_the_newcomers_keep_their_floor(
+    newcomer_share: float, least: float, most: float
+) -> None:
+    """20 tenants each asking twice the capacity, and requests without a tenant key at 15/s: as one tenant of
+    weight 1 among 21 the newcomers got 100/21 = 4.8/s (a herd across 500 tenants served one new arrival in ten).
+    Their weight is raised to ``newcomer_share`` of the capacity (10/s here); each tenant still gets its part of
+    what is left (90/20 = 4.5/s), and with ``newcomer_share=0`` the weight alone decides, as before."""
+    run = Run(table(newcomer_share=newcomer_share))
+    for k in range(20):
+        run.send(f"t{k}", 0, 30, 200)
+    run.send(None, 0, 30, 15).go()  # type: ignore[arg-type]
+    assert least <= run.rate(None, 10, 30) <= most  # type: ignore[arg-type]
+    share = (100 - run.rate(None, 10, 30)) / 20  # type: ignore[arg-type]
+    for k in range(20):
+        assert run.rate(f"t{k}", 10, 30) >= 0.9 * share
+
+
+def test_beside_a_few_tenants_the_newcomers_weigh_what_newcomer_weight_says() -> None:
+    """With nine tenants or fewer the newcomers' one share is already a tenth of the capacity or more: the floor
+    changes nothing (the abuse benchmark's six tenants divide the capacity as before)."""
+    run = Run(table())
+    for name in "abcde":
+        run.send(name, 0, 30, 100)
+    run.send(None, 0, 30, 100).go()  # type: ignore[arg-type]
+    assert run.rate(None, 10, 30) == pytest.approx(100 / 6, rel=0.1)  # type: ignore[arg-type]
+    assert run.tenants.newcomers.weight == 1.0
+
+
 def test_critical_requests_are_never_shed_and_are_charged_first() -> None:
     tenants = table()
     now = 0.0
@@ -288,7 +317,8 @@ def test_newcomers_pool_is_not_a_tenant_name() -> None:
     ("field", "value"),
     [("key", "cookie"), ("key", "header:"), ("weights", {"a": 0}), ("weights", {"a": -1.0}), ("weights", [1]),
      ("max_tenants", 0), ("establish", 0), ("window", 0.0), ("interval", "1"), ("idle", -1.0),
-     ("classify", 3), ("newcomer_weight", 0), ("open_below", 1.5), ("open_below", -0.1)],
+     ("classify", 3), ("newcomer_weight", 0), ("newcomer_share", 0.95), ("newcomer_share", -0.1),
+     ("open_below", 1.5), ("open_below", -0.1)],
 )  # fmt: skip
 def test_bad_tenancy_is_a_config_error_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field.split("_")[0]):
@@ -572,8 +602,8 @@ def test_a_bad_tenancy_fails_the_middleware_naming_it() -> None:
 def test_tenants_from_the_file_and_the_environment(tmp_path) -> None:
     path = tmp_path / "a.toml"
     path.write_text('[tenants]\nkey = "address"\nweights = { premium = 3 }\nmax_tenants = 500\n')
-    tenancy = load(path, env={"ADMITGATE_TENANTS_ESTABLISH": "5"})["tenants"]
-    assert tenancy == Tenancy(key="address", weights={"premium": 3.0}, max_tenants=500, establish=5)
+    tenancy = load(path, env={"ADMITGATE_TENANTS_ESTABLISH": "5", "ADMITGATE_TENANTS_NEWCOMER_SHARE": "0.2"})["tenants"]
+    assert tenancy == Tenancy(key="address", weights={"premium": 3.0}, max_tenants=500, establish=5, newcomer_share=0.2)
     env = {"ADMITGATE_TENANTS_KEY": "header:x-api-key", "ADMITGATE_TENANTS_WEIGHTS": '{"gold": 2}'}
     assert load(env=env)["tenants"] == Tenancy(key="header:x-api-key", weights={"gold": 2})
     path.write_text("[tenants]\nweights = { premium = 0 }\n")

@@ -149,6 +149,7 @@ class Tenancy:
     establish: int = 3
     window: float = 5.0
     newcomer_weight: float = 1.0
+    newcomer_share: float = 0.1
     interval: float = 0.5
     idle: float = 30.0
     label: Callable[[str], str] | None = None
@@ -171,6 +172,7 @@ class Tenancy:
         integer("establish", self.establish, 1, 1_000_000)
         number("window", self.window, 0.0, 3600.0, above=True, unit="seconds")
         number("newcomer_weight", self.newcomer_weight, 0.0, MAX_WEIGHT, above=True)
+        number("newcomer_share", self.newcomer_share, 0.0, 0.9)
         number("interval", self.interval, 0.0, 60.0, above=True, unit="seconds")
         number("idle", self.idle, 0.0, 86_400.0, above=True, unit="seconds")
         number("open_below", self.open_below, 0.0, 1.0)
@@ -552,6 +554,12 @@ class Tenants:
         return Pool(name, weight, gate, share)
 
     # -- shares ---------------------------------------------------------------------------
+    def _newcomer_weight(self, others: float) -> float:
+        """The newcomers' pool's weight beside pools weighing ``others`` in all: ``newcomer_weight``, raised so that
+        its weighted share is at least ``newcomer_share`` of the capacity."""
+        floor = self.tenancy.newcomer_share
+        return max(self.tenancy.newcomer_weight, others * floor / (1.0 - floor))
+
     def _entitlement(self, weight: float, total: float) -> float:
         return self._available * weight / total if total > 0 else self._available
 
@@ -680,6 +688,10 @@ class Tenants:
             if wanted > MIN_RATE:
                 demands[index] = wanted
                 weights[index] = pool.weight
+        newcomers = len(pools) - 1
+        if newcomers in weights:  # (a weight raised to the newcomers' floor, see Tenancy.newcomer_share)
+            weights[newcomers] = self.newcomers.weight = self._newcomer_weight(sum(weights.values()) -
+                                                                               weights[newcomers])  # fmt: skip
         if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
             root.held_below = sum(pool.gate.schedule.holders for pool in pools)
             root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
