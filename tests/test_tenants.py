@@ -161,6 +161,23 @@ def test_beside_many_busy_tenants_the_newcomers_keep_their_floor(
         assert run.rate(f"t{k}", 10, 30) >= 0.9 * share
 
 
+def test_light_tenants_do_not_lift_the_newcomers_above_their_floor() -> None:
+    """40 tenants asking 1/s each, one asking 200/s, and keyless requests at 200/s on 100/s. The floor is a share
+    of the capacity, not a weight: as a weight raised against the 41 tenants asking, the light ones (given what
+    they ask) left the rest to the newcomers and the busy tenant at 3.7 : 1, and the keyless flood took 38.8/s
+    to its 8.6/s (found in review). Above their floor the newcomers are one tenant: they and the busy one split
+    what the light ones leave."""
+    tenants = table()
+    run = Run(tenants)
+    for k in range(40):
+        run.send(f"light{k}", 0, 0.03, 100)  # three requests: established
+        run.send(f"light{k}", 0.5, 30, 1)
+    run.send("big", 0, 30, 200).send(None, 0, 30, 200).go()  # type: ignore[arg-type]
+    keyless, big = run.rate(None, 10, 30), run.rate("big", 10, 30)  # type: ignore[arg-type]
+    assert big >= 20 and keyless <= 1.1 * big
+    assert tenants.newcomers.weight == 1.0
+
+
 def test_beside_a_few_tenants_the_newcomers_weigh_what_newcomer_weight_says() -> None:
     """With nine tenants or fewer the newcomers' one share is already a tenth of the capacity or more: the floor
     changes nothing (the abuse benchmark's six tenants divide the capacity as before)."""

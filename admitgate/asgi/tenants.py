@@ -130,7 +130,9 @@ class Tenancy:
     ``weights``: tenant name or class name -> weight (default 1). ``classify``: a function ``name -> class
     name`` (or None) whose class's weight applies when the name itself has none. ``max_tenants``: most pools
     at once. ``establish``: requests within ``window`` that make a key a tenant (until then it is a
-    newcomer). ``newcomer_weight``: the weight of the newcomers' pool. ``interval``: how often the shares
+    newcomer). ``newcomer_weight``: the weight of the newcomers' pool. ``newcomer_share``: under overload the
+    newcomers' pool is given at least this share of the capacity, up to what it asks, however many tenants there
+    are (its one weighted share may be less), and the tenants share the rest. ``interval``: how often the shares
     are recomputed. ``idle``: a pool that asks nothing for this long expires. ``label``: a function ``name ->
     label`` naming a tenant in metrics (the most rejected ones are exported); by default a digest of the name,
     since a tenant key is often a secret (an API key): ``label=str`` shows names as they are.
@@ -554,12 +556,6 @@ class Tenants:
         return Pool(name, weight, gate, share)
 
     # -- shares ---------------------------------------------------------------------------
-    def _newcomer_weight(self, others: float) -> float:
-        """The newcomers' pool's weight beside pools weighing ``others`` in all: ``newcomer_weight``, raised so that
-        its weighted share is at least ``newcomer_share`` of the capacity."""
-        floor = self.tenancy.newcomer_share
-        return max(self.tenancy.newcomer_weight, others * floor / (1.0 - floor))
-
     def _entitlement(self, weight: float, total: float) -> float:
         return self._available * weight / total if total > 0 else self._available
 
@@ -688,10 +684,6 @@ class Tenants:
             if wanted > MIN_RATE:
                 demands[index] = wanted
                 weights[index] = pool.weight
-        newcomers = len(pools) - 1
-        if newcomers in weights:  # (a weight raised to the newcomers' floor, see Tenancy.newcomer_share)
-            weights[newcomers] = self.newcomers.weight = self._newcomer_weight(sum(weights.values()) -
-                                                                               weights[newcomers])  # fmt: skip
         if root.backend is not None:  # its running counts, made exact (only a shared budget reads them)
             root.held_below = sum(pool.gate.schedule.holders for pool in pools)
             root.new_below = math.fsum(pool.gate.new_rate() for pool in pools)
@@ -703,16 +695,29 @@ class Tenants:
         shares = fair_shares(available, demands, weights)
         total = sum(weights.values())
         self._active_weight = total
+        entitlements = {index: self._entitlement(weight, total) for index, weight in weights.items()}
+        # The newcomers' floor (Tenancy.newcomer_share): beside many busy tenants their one weighted share was a
+        # sliver (0.2 % of the capacity beside 500), and the new arrivals beside a herd across them were served
+        # one time in ten. Below the floor they are given it, up to what they ask, and the tenants share the rest.
+        newcomers = len(pools) - 1
+        floor = min(demands.get(newcomers, 0.0), tenancy.newcomer_share * available)
+        floored = shares.get(newcomers, floor) < floor
+        if floored:
+            shares = fair_shares(available - floor, {k: v for k, v in demands.items() if k != newcomers}, weights)
+            shares[newcomers] = floor
+            entitlements[newcomers] = max(entitlements[newcomers], tenancy.newcomer_share * available)
         left = max(0.0, available - math.fsum(shares.values()))
         for index in shares:
             shares[index] += left * weights[index] / total
-        level = max((share / weights[index] for index, share in shares.items()), default=0.0)
+        level = max(
+            (share / weights[index] for index, share in shares.items() if not floored or index != newcomers),
+            default=0.0,
+        )  # fmt: skip  (the most favoured pool by weight; a floor is not a weight)
         # Each asking pool is told Retry-After at what it gets if it stays busy: the capacity less what the
         # others use (their demand, at most their entitlement), never less than its own entitlement. A herd's
         # tenant beside a light one is told at nearly all of the capacity, not at half of it.
         scale = self._scale
-        uses = {index: min(demands[index] * SLACK + 1.0, self._entitlement(weights[index], total) * scale)
-                for index in shares}  # fmt: skip
+        uses = {index: min(demands[index] * SLACK + 1.0, entitlements[index] * scale) for index in shares}
         used = self._used = math.fsum(uses.values())
         self._assigned = 0.0
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
@@ -729,7 +734,7 @@ class Tenants:
                 rate = max(shares[index], min(pool.demand * SLACK + 1.0, level * pool.weight))
                 self._assigned += rate
                 pool.use = uses[index]
-                entitlement = self._entitlement(pool.weight, total)
+                entitlement = entitlements[index]
                 pool.set_share(rate, entitlement, self._burst(rate), now,
                                self._promise(entitlement, used - uses[index]))  # fmt: skip
                 if woken:
