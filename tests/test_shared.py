@@ -43,7 +43,11 @@ def test_memory_means_no_shared_budget_and_bad_urls_fail_at_start_up() -> None:
 
 
 def test_leases_are_atomic_under_concurrent_callers(redis_server) -> None:
-    rate, burst = 200.0, 10.0
+    """40 callers leasing at once are granted what the bucket refills, no more (nor less). The refill is slow
+    beside what they ask, and the bucket holds half a second of it: at 200/s with the same bucket, a stall of
+    a tenth of a second on a busy machine (the callers not asking) spilt refill that nobody could take, and the
+    run read 0.938 of the bound where it asks 0.95."""
+    rate, burst = 20.0, 10.0
 
     async def run() -> tuple[float, float]:
         client = aioredis.Redis.from_url(redis_server.url)
