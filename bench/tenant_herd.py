@@ -1,6 +1,6 @@
 """A herd in one tenant beside a small tenant, against a real uvicorn on loopback.
 
-    python bench/tenant_herd.py [--clients 2000] [--small 10] [--rounds 1] [--json]
+    python bench/tenant_herd.py [--clients 2000] [--small 10] [--tenants 1] [--new 0] [--rounds 1] [--json]
 
 ``admitgate demo`` on its defaults (the capacity learnt live, no hint) with tenants on
 (``ADMITGATE_TENANTS_KEY=header:x-api-key``). 2,000 clients of tenant ``big`` are released at once (each
@@ -10,6 +10,10 @@ arrivals without a key. Reported beside the targets of the fair-share issue: how
 requests took to be served (first try to 2xx) during the herd, the Retry-After values it was told (a small
 tenant is served within one Retry-After of 1-2 s), and the herd's drain time against M / (μ − the small
 tenant's rate), where μ = 200/s (20 workers × 100 ms). Server on core 0, load on core 1.
+
+``--tenants N`` spreads the herd over N tenant keys (client i is tenant ``big-{i mod N}``: a cache expiring
+across a platform's customers), and ``--new R`` sends R new arrivals/s without a key beside it (their share
+served on the one try they make is ``new_served``); the bound is then M / (μ − small − R).
 """
 
 from __future__ import annotations
@@ -55,21 +59,21 @@ async def small_tenant(port: int, clients: int, until: asyncio.Event, log: list[
     await asyncio.gather(*(client(i) for i in range(clients)))
 
 
-async def one_round(base: str, clients: int, small: int) -> dict:
+async def one_round(base: str, clients: int, small: int, tenants: int = 1, new: float = 0.0) -> dict:
     port = int(base.rsplit(":", 1)[1])
     done, log = asyncio.Event(), []
     side = asyncio.ensure_future(small_tenant(port, small, done, log))
-    result = await run_herd(base, clients, background_rate=0.0, warmup=WARMUP, deadline=90.0,
-                            headers={"x-api-key": "big"})  # fmt: skip
+    keys = {"x-api-key": "big"} if tenants == 1 else lambda i: {"x-api-key": f"big-{i % tenants}"}
+    result = await run_herd(base, clients, background_rate=new, warmup=WARMUP, deadline=90.0, headers=keys)
     done.set()
     await side
-    herd = summarise(result, CAPACITY - small)
+    herd = summarise(result, CAPACITY - small - new)
     during = [r for r in log if 0 <= r["at"] <= herd["drain_s"]]
     waits = sorted(r["wait"] for r in during)
     told = [t for r in during for t in r["told"]]
     return {
         "herd_drain_ratio": herd["drain_ratio"], "herd_drain_s": herd["drain_s"], "bound_s": herd["bound_s"],
-        "server_5xx": herd["server_5xx"], "herd_finished": herd["finished"],
+        "server_5xx": herd["server_5xx"], "herd_finished": herd["finished"], "new_served": herd["new_served"],
         "small_requests": len(during),
         "small_first_try": round(sum(not r["told"] for r in during) / len(during), 3) if during else None,
         "small_wait_p50_s": round(statistics.median(waits), 3) if waits else None,
@@ -84,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=2000)
     parser.add_argument("--small", type=int, default=10)
+    parser.add_argument("--tenants", type=int, default=1, help="tenants the herd is spread over (default 1)")
+    parser.add_argument("--new", type=float, default=0.0, help="new arrivals/s without a key beside the herd")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -92,8 +98,8 @@ def main() -> None:
     for _ in range(args.rounds):
         with demo_server([], cpu=0) as base:
             pin(1)
-            runs.append(asyncio.run(one_round(base, args.clients, args.small)))
-    out = {"clients": args.clients, "small": args.small, "runs": runs,
+            runs.append(asyncio.run(one_round(base, args.clients, args.small, args.tenants, args.new)))
+    out = {"clients": args.clients, "small": args.small, "tenants": args.tenants, "new": args.new, "runs": runs,
            "targets": {"small_retry_after_max": 2, "small_retried_more_than_once": 0}}  # fmt: skip
     print(json.dumps(out, indent=1) if args.json else "\n".join(json.dumps(r) for r in runs))
 

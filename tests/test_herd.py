@@ -46,3 +46,29 @@ def test_demo_herd_drains_with_no_5xx() -> None:
     assert summary["server_5xx"] == 0
     assert summary["retry_after_min"] >= 1  # the herd overflowed the pacing window and was spread
     assert set(summary["status_counts"]) == {"200", "429"}
+
+
+def test_a_herd_across_tenants_sends_each_client_its_own_key(serve) -> None:
+    """``headers`` as a function of the client's index: each herd client sends its own tenant's key on every
+    attempt, and the new arrivals none (bench/tenant_herd.py --tenants)."""
+    import asyncio
+
+    from admitgate.sim.herd import run_herd
+
+    seen: list[tuple[str, str | None]] = []
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        key = dict(scope["headers"]).get(b"x-api-key")
+        seen.append((scope["path"], key.decode() if key else None))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app) as base:
+        result = asyncio.run(run_herd(base, 30, background_rate=20.0, warmup=0.5, deadline=10.0,
+                                      headers=lambda i: {"x-api-key": f"big-{i % 3}"}))  # fmt: skip
+    assert len(result.finished) == 30
+    herd = [key for path, key in seen if key is not None]
+    assert sorted(set(herd)) == ["big-0", "big-1", "big-2"] and len(herd) == 30
+    assert sum(key is None for _, key in seen) >= 3  # new arrivals, keyless

@@ -22,7 +22,7 @@ import statistics
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ async def run_herd(
     warmup: float = 6.0,
     steps: Sequence[tuple[float, int]] = (),
     seed: int = 1,
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
 ) -> HerdResult:
     """Release ``clients`` at once against ``base_url``; see the module docstring.
 
@@ -70,7 +70,8 @@ async def run_herd(
     the last five whole seconds). ``steps``: ``(seconds after the release, workers)``, sent
     to the demo service's ``/stats?workers=``. Several base URLs (replicas) share the herd in the
     proportions ``split`` (default: evenly); each client keeps to its own. ``headers``: sent with every
-    herd request (a tenant's key, say); new arrivals send none.
+    herd request (a tenant's key, say), or a function of the client's index giving them (a herd across many
+    tenants); new arrivals send none.
     """
     rng = random.Random(seed)
     result = HerdResult(clients)
@@ -80,8 +81,8 @@ async def run_herd(
     edges = list(itertools.accumulate(w / sum(weights) * clients for w in weights))
     home = [targets[min(bisect.bisect_right(edges, i), len(targets) - 1)] for i in range(clients)]
     host, port = targets[0]
-    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable, headers=headers)
-            for i in range(clients)]  # fmt: skip
+    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable,
+                        headers=headers(i) if callable(headers) else headers) for i in range(clients)]  # fmt: skip
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
     release = time.monotonic() + warmup
     stop_at = release + deadline
