@@ -876,18 +876,28 @@ def test_places_beyond_max_retry_after_in_a_tenants_schedule_are_counted_with_th
     assert pool.gate.stats.overflow > 100 and root.stats.overflow == pool.gate.stats.overflow
 
 
+def _once(tenants: Tenants, tenant: str | None, clients: int) -> None:
+    """``clients`` of ``tenant`` ask once at t = 0 and never come back; those held are let in or turned away when
+    their holds end, as the middleware ends them."""
+    first = [tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"{tenant}{k}", scope(tenant)) for k in range(clients)]
+    held = sorted((d.delay, k, d) for k, d in enumerate(first) if d.delay)
+    while held:
+        at, k, decision = held.pop(0)
+        after = tenants.root.end_hold(decision, at)
+        if after is not None and after.delay:
+            held = sorted([*held, (at + after.delay, k, after)])
+
+
 def test_clients_who_gave_up_are_no_demand() -> None:
     """Places held by clients who never come back do not keep their pool's share: not a newcomers' flood's
     (that pool never expires), not an established tenant's herd's (before it idles out)."""
     tenants = table(100.0)
-    for k in range(5000):  # 5,000 keyless bots rejected once at t = 0, never back
-        tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"bot{k}", scope(None))
+    _once(tenants, None, 5000)  # 5,000 keyless bots rejected once, never back
     run = Run(tenants).send("a", 0, 30, 200).send("b", 0, 30, 200).go()
     assert run.rate("a", 5, 30) + run.rate("b", 5, 30) >= 97  # (was 66.7: a third held for the bots)
 
     tenants = table(100.0, establish=1)
-    for k in range(300):  # tenant x: a herd rejected at t = 0 that leaves
-        tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"x{k}", scope("x"))
+    _once(tenants, "x", 300)  # tenant x: a herd rejected at t = 0 that leaves
     run = Run(tenants).send("a", 0, 30, 200).send("b", 0, 30, 200).go()
     assert run.rate("a", 5, 30) + run.rate("b", 5, 30) >= 97  # (was 66.4 until x idled out at 30 s)
 
