@@ -178,6 +178,27 @@ def test_light_tenants_do_not_lift_the_newcomers_above_their_floor() -> None:
     assert tenants.newcomers.weight == 1.0
 
 
+@settings(max_examples=10, deadline=None)
+@given(tenants_=st.integers(1, 14), keyless=st.floats(2.0, 60.0))
+def test_under_overload_the_newcomers_keep_their_floor_and_the_tenants_their_shares_of_the_rest(
+    tenants_: int, keyless: float
+) -> None:
+    """Any number of busy tenants (each asking twice the capacity) beside keyless requests at any rate: the
+    newcomers are admitted at least their floor (a tenth of the capacity, or less if they ask less) or their one
+    weighted share, whichever is more; each tenant at least its share of what they leave; never more than the
+    capacity in all."""
+    run = Run(table())
+    names = [f"t{k}" for k in range(tenants_)]
+    for name in names:
+        run.send(name, 0, 15, 200)
+    run.send(None, 0, 15, keyless).go()  # type: ignore[arg-type]
+    newcomers = run.rate(None, 5, 15)  # type: ignore[arg-type]
+    assert newcomers >= 0.9 * min(keyless, max(10.0, 100 / (tenants_ + 1))) - 1
+    for name in names:
+        assert run.rate(name, 5, 15) >= 0.9 * (100 - newcomers) / tenants_ - 1
+    assert sum(run.rate(name, 5, 15) for name in names) + newcomers <= 100 * 1.02
+
+
 def test_beside_a_few_tenants_the_newcomers_weigh_what_newcomer_weight_says() -> None:
     """With nine tenants or fewer the newcomers' one share is already a tenth of the capacity or more: the floor
     changes nothing (the abuse benchmark's six tenants divide the capacity as before)."""
