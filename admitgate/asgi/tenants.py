@@ -687,7 +687,7 @@ class Tenants:
             # the simulator, now 1.08). The more of the two, not their sum: a held request was counted as asked when
             # it came (added, one hold lifted a pool asking 7.5/s to 9.5/s and back at each reallocation, and the
             # cuts between turned holds away: 84.5 of 100/s admitted, found in review).
-            held = pool.gate.waiters / pool.gate.max_pacing_delay if pool.gate.waiters else 0.0  # (over a hold's span)
+            held = pool.gate.waiters / max(pool.gate.max_pacing_delay, tenancy.interval)  # (over a hold's span)
             wanted = max(pool.demand, held) + backlog / tenancy.interval
             if wanted > MIN_RATE:
                 demands[index] = wanted
