@@ -465,7 +465,9 @@ class Tenants:
         dropped): :meth:`admit` decides it then.
         This is the admit path with tenants; it must agree with :meth:`admit` (tested side by side)."""
         root = self.root
-        if now >= root.next_refresh or now >= self.next_rebalance or not self.closed or root.full:
+        bound = root.bound  # (root.full, inlined)
+        if (now >= root.next_refresh or now >= self.next_rebalance or not self.closed
+                or (bound is not None and bound.inflight - bound.answered >= bound.limit)):  # fmt: skip
             return False  # (open: the replica's bucket decides, in admit; its pools are not to be taken from)
         raw = self._raw
         if raw is None:
@@ -476,7 +478,7 @@ class Tenants:
         else:  # (the header's value, as tenant_key's function reads it, inlined: a sixth of this path's cost)
             value = None
             try:
-                for k, v in scope.get("headers") or ():
+                for k, v in scope["headers"]:  # (no headers: admit decides)
                     if k == raw:
                         value = v if value is None else value + b", " + v
                 name = value.decode("latin-1") if value else None
