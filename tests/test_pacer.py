@@ -196,3 +196,76 @@ def test_cap_leaves_at_most_so_many_tokens_and_keeps_a_debt() -> None:
     assert pacer.reserve(5.0, 0.1, 1.0) is not None and pacer.tokens(0.1) == -2.0
     pacer.cap(1.0, 0.1)
     assert pacer.tokens(0.1) == -2.0
+
+
+def test_a_released_place_is_taken_by_the_next_reservation_of_its_cost() -> None:
+    """A reservation given up behind the newest: its place goes to the next reservation of the same cost (sooner
+    than a place behind the newest), and the bucket's debt stays as it was: its token is charged once, used once."""
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=10)
+    places = [p.reserve(1, 0.0, 1.0) for _ in range(5)]  # due at 0, 0.1, 0.2, 0.3, 0.4 s
+    assert None not in places
+    p.release(1, 0.05, places[2])  # (not the newest: no refund)
+    assert p.tokens(0.05) == pytest.approx(-4.0 + 0.5)
+    assert p.reserve(2, 0.05, 1.0) == pytest.approx(places[4] + 2)  # another cost: behind the newest
+    assert p.reserve(1, 0.05, 1.0) == places[2]  # its place, due in 0.15 s
+    assert p.tokens(0.05) == pytest.approx(-6.0 + 0.5)  # (the cost-2 reservation's debt alone)
+    assert p.reserve(1, 0.05, 1.0) == pytest.approx(places[4] + 3)  # taken once
+
+
+def test_a_released_place_is_not_taken_once_due_nor_by_a_wait_too_long_nor_after_a_deep_cut() -> None:
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=10)
+    places = [p.reserve(1, 0.0, 1.0) for _ in range(6)]
+    assert None not in places
+    p.release(1, 0.0, places[1])  # due at 0.1 s
+    p.release(1, 0.0, places[4])  # due at 0.4 s
+    assert p.reserve(1, 0.2, 1.0) == places[4]  # the one at 0.1 s came and went unused: dropped
+    p.release(1, 0.2, places[3])  # due at 0.3 s
+    assert p.reserve(1, 0.2, 0.05) is None  # due in 0.1 s: too long a wait for this one
+    p.set_rate(4.0, 0.2)  # a deep cut: a new epoch, whose reservations start afresh (the debt forgiven)
+    assert p.reserve(1, 0.2, 10.0) is not None and p.tokens(0.2) == pytest.approx(-1.0)  # charged: not the old place
+
+
+def test_the_newest_released_is_refunded() -> None:
+    p = TokenPacer(rate=10, burst=1, now=0.0, max_debt=10)
+    p.reserve(1, 0.0, 1.0)
+    newest = p.reserve(1, 0.0, 1.0)
+    assert newest is not None
+    p.release(1, 0.0, newest)
+    assert p.tokens(0.0) == pytest.approx(0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.floats(0.5, 500),
+    burst=st.floats(1, 50),
+    steps=st.lists(st.tuples(st.floats(0, 0.2), st.sampled_from([1.0, 1.0, 2.0]), st.booleans()), min_size=1,
+                   max_size=300),
+    pace=st.floats(0, 2),
+)  # fmt: skip
+def test_with_places_released_and_taken_again_admitted_never_exceeds_rate_times_t_plus_burst(
+    rate: float, burst: float, steps: list[tuple[float, float, bool]], pace: float
+) -> None:
+    """Reservations given up at random (each at a random time before its place): what is admitted, the places
+    taken again included, stays within rate·(b − a) + burst over any interval."""
+    p = TokenPacer(rate, burst, now=0.0, max_debt=rate * pace + burst)
+    now, admitted, held = 0.0, [], []  # held: (place, cost, time due)
+    for gap, cost, give_up in steps:
+        now += gap
+        for item in [h for h in held if h[2] <= now]:
+            held.remove(item)
+            admitted.append((item[2], item[1]))
+        if give_up and held:
+            place, size, _ = held.pop(len(held) // 2)
+            p.release(size, now, place)
+        if cost > burst:
+            continue
+        place = p.reserve(cost, now, pace)
+        if place is not None:
+            held.append((place, cost, now + max(0.0, p.due_in(place, now))))
+    admitted += [(due, size) for _, size, due in held]
+    admitted.sort()
+    for i in range(len(admitted)):
+        total = 0.0
+        for j in range(i, len(admitted)):
+            total += admitted[j][1]
+            assert total <= rate * (admitted[j][0] - admitted[i][0]) + burst + 1e-6

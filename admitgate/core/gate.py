@@ -580,7 +580,7 @@ class Gate:
                 if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
                     pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
                 else:
-                    pacer.refund(decision.cost, now, token)
+                    pacer.release(decision.cost, now, token)
             return None
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
@@ -602,8 +602,9 @@ class Gate:
             return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch,
                                        until=now + due)  # fmt: skip
         # The rate fell (less than a deep cut) and its token would come too late: it waits at the head of the
-        # schedule instead. Its token is not refunded (the reservations behind it keep their places): one
-        # token of capacity goes unused once, which is safer than letting two requests share it.
+        # schedule instead, and its place on the refill axis goes to the next request reserved (the reservations
+        # behind it keep theirs; see TokenPacer.release).
+        pacer.release(decision.cost, now, token)  # (this epoch's: reserved again above if it was not)
         return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     def _woken(self, decision: Decision, now: float) -> Decision:
