@@ -89,3 +89,11 @@ def test_quota_smoke() -> None:
 def test_tenant_keys_smoke(tmp_path) -> None:
     result = run(str(BENCH / "tenant_keys.py"), "--keys", "2000", "--run", "2", "--out", str(tmp_path / "k.json"))
     assert result["keys"] >= 2000 and result["server_5xx"] == 0 and result["rows"][-1]["rss_mb"] > 0
+
+
+def test_light_tenants_smoke() -> None:
+    result = run(str(BENCH / "light_tenants.py"), "--light", "5", "--seconds", "8", "--warmup", "3")
+    assert set(result) == {"light5-tenants", "light5-one-pool"}
+    for figures in result.values():
+        assert figures["admitted_per_s"] <= 100.0 * (8 - 3 + 1) / (8 - 3)  # within rate·t + burst (a second's)
+        assert 0 <= figures["light_first_try"] <= 1 and figures["busy_max_min_share"] == 97.5
