@@ -686,3 +686,18 @@ def test_a_hold_a_small_cut_turns_away_gives_its_place_to_the_next_request() -> 
     assert at == pytest.approx(1.0)
     new = admit(g, at, key="new")
     assert new.verdict is Verdict.PACE and new.until - at < 0.01  # (behind the one held at 0.5 s: 0.207 s)
+
+
+def test_a_released_place_is_not_taken_by_a_class_that_must_leave_a_reserve() -> None:
+    """A sheddable request must leave part of the burst: the place a client gone left is not for it (it was shed,
+    and the default request behind it was then turned away: the classes' order inverted; found in review)."""
+    g = Gate(10.0, Settings(burst=2.0, max_pacing_delay=1.0, tarpit=0.0), now=0.0)
+    for k in range(2):
+        assert g.admit(1.0, DEFAULT, 0.0, lambda k=k: k).verdict is Verdict.ADMIT
+    held = [g.admit(1.0, DEFAULT, 0.0, lambda k=k: ("d", k)) for k in range(10)]  # due at 0.1 .. 1.0 s
+    assert all(d.verdict is Verdict.PACE for d in held)
+    sheddable = DEFAULT_CLASSES["sheddable"]
+    assert g.admit(1.0, sheddable, 0.0, lambda: "s0").verdict is Verdict.REJECT  # it would wait 1.2 s: shed
+    assert g.end_hold(held[4], 0.01, gone=True) is None  # its place, due at 0.5 s, released
+    assert g.admit(1.0, sheddable, 0.01, lambda: "s1").verdict is Verdict.REJECT
+    assert g.admit(1.0, DEFAULT, 0.02, lambda: "d-late").verdict is Verdict.PACE

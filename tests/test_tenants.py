@@ -925,10 +925,10 @@ def _once(tenants: Tenants, tenant: str | None, clients: int) -> None:
 
 def test_a_light_tenant_beside_a_busy_one_is_served_on_its_first_try() -> None:
     """A tenant asking once every 2 s beside one asking 200/s of 100/s: its pool sleeps between its requests, and
-    wakes to no rate (the busy one holds all of it) until the shares are recomputed a moment later. Its request is
-    given a token from the busy pool's bucket (which owes it), so it is served at once; it was turned away every
-    time, told Retry-After 1, though max-min fairness gives it all it asks. (Its first request, its pool new, is
-    not: a new pool's demand is not known.)"""
+    wakes to no rate (the busy one holds all of it) until the shares are recomputed a moment later. It takes the
+    rate it asks from the busy pool, so its request is held a moment and served; it was turned away every time,
+    told Retry-After 1, though max-min fairness gives it all it asks. (Its first request, its pool new, is not: a
+    new pool's demand is not known.)"""
     run = Run(table(rate=100.0, establish=1)).send("busy", 0, 12, 200).send("light", 1, 12, 0.5).go()
     assert [run.admitted["light", s] for s in range(3, 11, 2)] == [1, 1, 1, 1]
     assert run.rate("busy", 3, 11) >= 0.97 * (100 - 0.5)
@@ -938,13 +938,14 @@ def test_fifty_light_tenants_beside_a_busy_one_leave_it_what_they_do_not_use() -
     """Fifty tenants each asking once every 2 s beside one asking 200/s of 100/s (rejected requests are not sent
     again here): each light pool sleeps and wakes, and every wake-up recomputes the shares within a tenth of the
     interval. 42 of 100/s were admitted, none of the light tenants' requests among them; now 78, the light tenants
-    served 19 of the 25/s they ask. What is still lost: see docs/fairness.md ("Light tenants beside a busy one")."""
+    served 8 of the 25/s they ask on their one try. What is still lost: see docs/fairness.md ("Light tenants
+    beside a busy one")."""
     run = Run(table(rate=100.0, establish=1)).send("busy", 0, 12, 200)
     for i in range(50):
         run.send(f"l{i}", i * 2 / 50, 12, 0.5)
     run.go()
     light = sum(run.rate(f"l{i}", 4, 12) for i in range(50))
-    assert light >= 15.0 and light + run.rate("busy", 4, 12) >= 75.0
+    assert light >= 5.0 and light + run.rate("busy", 4, 12) >= 75.0
 
 
 def test_one_request_just_after_a_reallocation_is_not_measured_as_a_surge() -> None:
@@ -971,17 +972,18 @@ def test_one_request_just_after_a_reallocation_is_not_measured_as_a_surge() -> N
 @pytest.mark.parametrize(
     ("counts", "spans", "expected"),
     [
-        ([5.0, 5.0, 1.0], [0.5, 0.5, 0.05], (6.0 / 0.55, 11.0 / 1.05)),  # one in 0.05 s: over the interval before too
+        ([5.0, 5.0, 1.0], [0.5, 0.5, 0.05], (6.0 / 0.55, None)),  # one in 0.05 s: over the interval before too
         ([0.0] * 40 + [1.0], [0.05] * 41, (1.0 / 0.55, 1.0 / 1.5)),  # every tenth: back to 0.5 s and to 1.5 s
-        ([1.0], [0.05], (20.0, 20.0)),  # a new pool: what it has
+        ([1.0], [0.05], (20.0, None)),  # a new pool: what it has (no fall judged from it)
         ([30.0, 30.0, 30.0, 30.0], [0.5] * 4, (60.0, 60.0)),
     ],
 )
 def test_what_a_pool_asked_is_measured_back_to_an_interval_and_to_span_intervals(
-    counts: list[float], spans: list[float], expected: tuple[float, float]
+    counts: list[float], spans: list[float], expected: tuple[float, float | None]
 ) -> None:
-    got = _rates(deque(counts, maxlen=HISTORY), deque(spans, maxlen=HISTORY), 0.5)
-    assert got == pytest.approx(expected)
+    recent, span = _rates(deque(counts, maxlen=HISTORY), deque(spans, maxlen=HISTORY), 0.5)
+    assert recent == pytest.approx(expected[0])
+    assert span == (None if expected[1] is None else pytest.approx(expected[1]))
 
 
 def test_a_busy_tenant_loses_nothing_to_holds_a_small_cut_turns_away() -> None:
@@ -992,6 +994,31 @@ def test_a_busy_tenant_loses_nothing_to_holds_a_small_cut_turns_away() -> None:
     Run(tenants).send("modest", 0.0, 3, 30).go()
     run = Run(tenants).send("greedy", 3.0, 9, 400).send("modest", 3.0, 9, 30).go()
     assert [run.admitted["greedy", s] for s in range(4, 9)] == [70] * 5
+
+
+def test_light_tenants_waking_together_beside_a_busy_one_are_admitted_within_the_one_bucket() -> None:
+    """Sixty light tenants, each seen once, ask again together beside one that holds all of 100/s (a burst of 10):
+    each takes its rate from the busy one, so what all admit stays within rate·t + burst. (Lent tokens as a debt
+    in the busy pool's bucket instead, 30 were lent, the next reallocation's deep cut forgave the debt, and 64 more
+    than rate·t were admitted in one stretch; found in review.)"""
+    arrivals = [(k / 200.0, "busy") for k in range(8 * 200)]
+    for i in range(60):
+        arrivals += [(1.0 + i * 0.01, f"l{i}"), (5.0 + i * 0.0002, f"l{i}")]
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
+
+
+def test_a_tenant_asking_every_half_second_keeps_its_demand_through_the_first_reallocation_after_a_close() -> None:
+    """A pool's history starts afresh when the table closes, and the first reallocation after it comes 0.19 s
+    later: a fall is not judged from so short a history (it was: the small tenant's demand went to 0 and its pool
+    to sleep; found in review)."""
+    tenants = table(rate=100.0, open_below=0.5)
+    Run(tenants).send("small", 0.0, 40, 2).send("big", 0.0, 40, 20).go()
+    assert not tenants.closed
+    Run(tenants).send("big", 40.0, 40.3, 400).go()  # closes at 40.03, reallocated at 40.22
+    assert tenants.closed
+    small = tenants._pools.get("small", 40.3)
+    assert small is not None and small.awake and small.demand > 1.0
 
 
 def test_clients_who_gave_up_are_no_demand() -> None:

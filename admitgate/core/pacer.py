@@ -185,7 +185,8 @@ class TokenPacer:
             if due <= 0:  # (its tokens came and went unused, as a bucket's beyond its size: never taken late)
                 heapq.heappop(released)
                 continue
-            if size == cost and due <= max_wait and now + due <= self._until:
+            # (a class that must leave part of the burst takes none: it reserves behind the newest, as it would have)
+            if not keep and size == cost and due <= max_wait and now + due <= self._until:
                 heapq.heappop(released)
                 return place
             break
