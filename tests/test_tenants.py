@@ -1008,6 +1008,25 @@ def test_light_tenants_waking_together_beside_a_busy_one_are_admitted_within_the
     assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
+def test_light_tenants_waking_take_their_rate_from_a_busy_one_without_cutting_it_into_a_new_epoch() -> None:
+    """Sixty light tenants wake together beside a busy one at all of 100/s: each takes its rate from the busy pool,
+    down to its entitlement but never below half its epoch's rate (a deeper cut starts a new epoch: its holds, the
+    deepest queue of all, reserve again and the tail is turned away; it went from 100/s to 40; found in review)."""
+    tenants = table(rate=100.0, establish=1)
+    run = Run(tenants).send("busy", 0, 4.99, 200)
+    for i in range(60):
+        run.send(f"l{i}", 1.0 + i * 0.01, 1.01 + i * 0.01, 101)  # (one request each: seen, then asleep)
+    run.go()
+    busy = tenants._pools.get("busy", 4.99)
+    assert busy is not None
+    epoch = busy.gate.pacer.epoch
+    for i in range(60):
+        tenants.admit(1.0, DEFAULT, 5.0 + i * 0.0002, lambda: None, scope(f"l{i}"))
+    assert tenants.next_rebalance > 5.012  # (before the reallocation the wake-ups asked for)
+    assert busy.gate.pacer.epoch == epoch and busy.gate.pacer.rate >= 50.0
+    assert sum(pool.share.value for pool in tenants.pools(5.012)) <= 100.0 + len(tenants) * 1e-3
+
+
 def test_a_tenant_asking_every_half_second_keeps_its_demand_through_the_first_reallocation_after_a_close() -> None:
     """A pool's history starts afresh when the table closes, and the first reallocation after it comes 0.19 s
     later: a fall is not judged from so short a history (it was: the small tenant's demand went to 0 and its pool

@@ -39,7 +39,7 @@ from ..core.errors import ConfigError, function, integer, number
 from ..core.fair import fair_shares
 from ..core.gate import ADMITTED, Decision, Gate, Identify, Verdict
 from ..core.keystore import BoundedExpiringMap
-from ..core.pacer import TokenPacer
+from ..core.pacer import EPOCH_CUT, TokenPacer
 from ..core.priority import Priority
 from ..core.settings import MIN_RATE
 from .identity import client_address, header_key
@@ -469,15 +469,20 @@ class Tenants:
         requests beyond rate·t + burst; found in review.) A new pool takes nothing: its demand is not known (a
         herd's tenants are new)."""
         lender = self._lender
-        short = wanted - max(0.0, self._available - self._assigned)
-        if lender is None or lender is pool or not lender.awake or short <= 0:
+        if lender is None or lender is pool or not lender.awake:
             return 0.0, 0.0
-        cut = min(short, lender.share.value - self._entitlement(lender.weight, self._active_weight))
+        share = lender.share  # (``wanted`` is in requests/s now; the shares, in the capacity as of the reallocation)
+        short = wanted / share.scale - max(0.0, self._available - self._assigned)
+        # Never below its entitlement, nor so deep a cut that its pacer starts a new epoch (its holds, the deepest
+        # queue of all, would reserve again and the tail be turned away).
+        least = max(self._entitlement(lender.weight, self._active_weight),
+                    EPOCH_CUT * 1.01 * lender.gate.pacer.epoch_rate / share.scale)  # fmt: skip
+        cut = min(short, share.value - least)
         if cut <= 0:
             return 0.0, 0.0
         rate = lender.share.value - cut
         held = max(0.0, lender.gate.pacer.tokens(now))
-        lender.set_share(rate, lender.share.entitlement, self._burst(rate), now, lender.share.capacity)
+        lender.set_share(rate, share.entitlement, self._burst(rate), now, share.capacity)
         lender.gate.refresh(now)
         return cut, held - max(0.0, lender.gate.pacer.tokens(now))
 
@@ -613,6 +618,7 @@ class Tenants:
         gate = Gate(share, self._settings, now=now)
         if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
             gate.pacer.cap(0.0, now)
+        gate.releases = True  # (its rate moves with the shares: see Gate.end_hold)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
         gate.bound = self.root.bound  # and what it has in flight is the service's
         gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
@@ -816,7 +822,7 @@ class Tenants:
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
-                if rate / pool.weight > most:  # (see _borrow)
+                if rate / pool.weight > most and not (floored and index == newcomers):  # (_borrow: a floor lends none)
                     self._lender, most = pool, rate / pool.weight
             else:  # asleep: what its bucket held goes with its share (woken, it is given tokens anew: _start)
                 pool.awake, pool.use = False, 0.0

@@ -75,6 +75,12 @@ class TokenPacer:
         return self._rate
 
     @property
+    def epoch_rate(self) -> float:
+        """The highest rate since the current epoch began, tokens/s: a rate below :data:`EPOCH_CUT` of it starts
+        a new epoch."""
+        return self._epoch_rate
+
+    @property
     def burst(self) -> float:
         """Bucket capacity in tokens."""
         return self._burst
