@@ -480,11 +480,7 @@ class Tenants:
         cut = min(short, share.value - least)
         if cut <= 0:
             return 0.0, 0.0
-        rate = lender.share.value - cut
-        held = max(0.0, lender.gate.pacer.tokens(now))
-        lender.set_share(rate, share.entitlement, self._burst(rate), now, share.capacity)
-        lender.gate.refresh(now)
-        return cut, held - max(0.0, lender.gate.pacer.tokens(now))
+        return cut, self._cut(lender, cut, now)
 
     def _reclaim(self, waking: Pool, wanted: float, now: float) -> float:
         """Take back up to ``wanted`` requests/s from pools whose rate exceeds what they use (their measured
@@ -495,8 +491,7 @@ class Tenants:
         nothing left to give, so the cost is amortised O(1) per wake-up, however many pools exist.
 
         Returns the tokens their buckets gave up with their rates (a bucket is its part of the burst): they pass
-        to the waking pool. Each is refreshed at once, so it refills at its new rate from now, not at the old one
-        until its next request (a bucket that refilled at a rate taken from it had tokens to pass again)."""
+        to the waking pool (see :meth:`_cut`)."""
         passed = 0.0
         elapsed = max(now - self._last, self.tenancy.interval * EARLY)
         spare = self._spare
@@ -508,14 +503,22 @@ class Tenants:
                 spare.pop()  # nothing (more) to take from it until the next reallocation
                 continue
             cut = min(left, wanted)
-            rate = other.share.value - cut
-            held = max(0.0, other.gate.pacer.tokens(now))
-            other.set_share(rate, other.share.entitlement, self._burst(rate), now, other.share.capacity)
-            other.gate.refresh(now)
-            passed += held - max(0.0, other.gate.pacer.tokens(now))
+            passed += self._cut(other, cut, now)
             self._assigned -= cut
             wanted -= cut
         return passed
+
+    def _cut(self, pool: Pool, cut: float, now: float) -> float:
+        """Lower ``pool``'s share by ``cut`` (in the shares' units) from ``now``, its part of the burst with it, and
+        refresh its gate at once, so it refills at its new rate from now, not at the old one until its next request
+        (a bucket that refilled at a rate taken from it had tokens to pass again). Returns the tokens its bucket
+        gave up, which pass to the pool the rate goes to."""
+        share = pool.share
+        rate = share.value - cut
+        held = max(0.0, pool.gate.pacer.tokens(now))
+        pool.set_share(rate, share.entitlement, self._burst(rate), now, share.capacity)
+        pool.gate.refresh(now)
+        return held - max(0.0, pool.gate.pacer.tokens(now))
 
     def name(self, scope: Scope) -> str | None:
         """The request's tenant name, or None (a newcomer). Never raises."""
