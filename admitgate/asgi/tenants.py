@@ -430,9 +430,10 @@ class Tenants:
         self._active_weight += pool.weight
         entitlement = self._entitlement(pool.weight, self._active_weight)
         passed = self._reclaim(pool, math.inf, now)
-        borrowed = 0.0
+        borrowed, wanted = 0.0, entitlement
         if pool.seen > -math.inf and pool.demand < entitlement:  # (known to ask less than its entitlement)
-            borrowed, given = self._borrow(pool, min(entitlement, pool.demand * SLACK + 1.0), now)
+            wanted = min(entitlement, (pool.demand * SLACK + 1.0) / pool.share.scale)  # (in the shares' units)
+            borrowed, given = self._borrow(pool, wanted, now)
             passed += given
         rate = max(0.0, self._available - self._assigned) + borrowed
         self._assigned += rate - borrowed  # (the lender's rate is less by as much)
@@ -452,15 +453,19 @@ class Tenants:
         # key's first requests) held all of the capacity, and the key's own pool, established on its third
         # request, was given nothing: rejected at a rate of 1e9/s, on a server's first 32 requests.
         self._spare.append(pool)
-        if rate < entitlement:  # the others hold its share: reallocate soon, not a whole interval from now
+        # The others hold what it asks (its share, if what it asks is not known): reallocate soon, not a whole
+        # interval from now. (Also when a light tenant took what it asks: fifty of them beside a busy one had the
+        # shares recomputed about twelve times a second, and each time a waking pool's rate was cut back to its
+        # measured demand, its held request was turned away at its end.)
+        if rate < wanted * (1.0 - 1e-9):
             self.next_rebalance = min(self.next_rebalance, now + self.tenancy.interval * EARLY)
 
     def _borrow(self, pool: Pool, wanted: float, now: float) -> tuple[float, float]:
         """A light tenant waking (known to ask less than its entitlement, which max-min fairness gives all it asks)
-        whose rate the others hold: take what it asks, ``wanted`` requests/s, beyond what no pool is assigned, from
-        the pool given the most per weight at the last reallocation, down to that pool's entitlement now. A rate
-        moves, so the rates still sum to what they summed to. Returns the rate taken, requests/s, and the tokens the
-        lender's bucket gave up with it.
+        whose rate the others hold: take what it asks, ``wanted`` (in the shares' units: see :class:`Share`), beyond
+        what no pool is assigned, from the pool given the most per weight at the last reallocation, down to that
+        pool's entitlement now. A rate moves, so the rates still sum to what they summed to. Returns the rate taken
+        (in the shares' units), and the tokens the lender's bucket gave up with it.
 
         Without it, a tenant asking once every 2 s beside a busy one woke to no rate at each request, and was told
         Retry-After 1 before the shares were recomputed a moment later: 97 % of its first tries in
@@ -471,8 +476,8 @@ class Tenants:
         lender = self._lender
         if lender is None or lender is pool or not lender.awake:
             return 0.0, 0.0
-        share = lender.share  # (``wanted`` is in requests/s now; the shares, in the capacity as of the reallocation)
-        short = wanted / share.scale - max(0.0, self._available - self._assigned)
+        share = lender.share
+        short = wanted - max(0.0, self._available - self._assigned)
         # Never below its entitlement, nor so deep a cut that its pacer starts a new epoch (its holds, the deepest
         # queue of all, would reserve again and the tail be turned away).
         least = max(self._entitlement(lender.weight, self._active_weight),
