@@ -558,15 +558,16 @@ class Tenants:
                 name = value.decode("latin-1") if value else None
             except Exception:  # (a mangled scope: admit names it a newcomer; raised here, it failed the request)
                 return False
-            if name is not None and len(name) > MAX_NAME:  # (a digest: admit names it)
-                return False
+            # (a name longer than MAX_NAME is a digest's in the table: never found as it is, so admit names it)
         if name is None:
             pool = self.newcomers
         else:  # (self._pools.get, inlined: an expired entry is left for admit to drop)
             entry = self._entry(name)
-            if entry is None or entry[0] <= now:
+            if entry is None:
                 return False
-            pool = entry[1]
+            expiry, pool = entry
+            if expiry <= now:
+                return False
         if not pool.awake or now >= pool.gate.next_refresh or pool.book or not pool.take(cost, now):
             return False
         pool.asked += cost
