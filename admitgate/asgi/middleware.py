@@ -216,7 +216,11 @@ class AdmitGate:
             await self.app(scope, receive, send)
             return
         elif rule.fast and self._tenant_take is not None and self._tenant_take(scope, rule.cost, now):
-            outcome = AT_ONCE  # the same fast path in the request's tenant's pool
+            if self._bare:  # (the same fast path in the request's tenant's pool)
+                app = self.app
+                await app(scope, receive, send)
+                return
+            outcome = AT_ONCE
         else:
             decision = self._decide(scope, rule, now)
             if decision.delay or decision.verdict is Verdict.REJECT:
