@@ -1,6 +1,7 @@
 """A herd in one tenant beside a small tenant, against a real uvicorn on loopback.
 
-    python bench/tenant_herd.py [--clients 2000] [--small 10] [--tenants 1] [--new 0] [--rounds 1] [--json]
+    python bench/tenant_herd.py [--clients 2000] [--small 10] [--tenants 1] [--new 0] [--rounds 1] [--rate R]
+                                [--compare] [--json]
 
 ``admitgate demo`` on its defaults (the capacity learnt live, no hint) with tenants on
 (``ADMITGATE_TENANTS_KEY=header:x-api-key``). 2,000 clients of tenant ``big`` are released at once (each
@@ -13,7 +14,9 @@ tenant's rate), where μ = 200/s (20 workers × 100 ms). Server on core 0, load 
 
 ``--tenants N`` spreads the herd over N tenant keys (client i is tenant ``big-{i mod N}``: a cache expiring
 across a platform's customers), and ``--new R`` sends R new arrivals/s without a key beside it (their share
-served on the one try they make is ``new_served``); the bound is then M / (μ − small − R).
+served on the one try they make is ``new_served``); the bound is then M / (μ − small − R). ``--rate R`` types
+the capacity in (the demo's ``--rate``), and ``--compare`` runs each round a second time without tenants (the
+same clients, one pool), so that what tenants cost is read apart from what the live estimator costs.
 """
 
 from __future__ import annotations
@@ -91,16 +94,24 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=1, help="tenants the herd is spread over (default 1)")
     parser.add_argument("--new", type=float, default=0.0, help="new arrivals/s without a key beside the herd")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rate", type=float, help="the capacity typed in, requests/s (default: learnt live)")
+    parser.add_argument("--compare", action="store_true",
+                        help="each round also without tenants (no key read: one pool), alternating")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    os.environ["ADMITGATE_TENANTS_KEY"] = "header:x-api-key"  # the demo server reads it
     runs = []
     for _ in range(args.rounds):
-        with demo_server([], cpu=0) as base:
-            pin(1)
-            runs.append(asyncio.run(one_round(base, args.clients, args.small, args.tenants, args.new)))
-    out = {"clients": args.clients, "small": args.small, "tenants": args.tenants, "new": args.new, "runs": runs,
-           "targets": {"small_retry_after_max": 2, "small_retried_more_than_once": 0}}  # fmt: skip
+        for tenants in (True, False) if args.compare else (True,):
+            if tenants:
+                os.environ["ADMITGATE_TENANTS_KEY"] = "header:x-api-key"  # the demo server reads it
+            else:
+                os.environ.pop("ADMITGATE_TENANTS_KEY", None)
+            with demo_server([] if args.rate is None else ["--rate", str(args.rate)], cpu=0) as base:
+                pin(1)
+                run = asyncio.run(one_round(base, args.clients, args.small, args.tenants, args.new))
+            runs.append({"tenants_on": tenants, **run})
+    out = {"clients": args.clients, "small": args.small, "tenants": args.tenants, "new": args.new, "rate": args.rate,
+           "runs": runs, "targets": {"small_retry_after_max": 2, "small_retried_more_than_once": 0}}  # fmt: skip
     print(json.dumps(out, indent=1) if args.json else "\n".join(json.dumps(r) for r in runs))
 
 
