@@ -99,13 +99,16 @@ def main() -> None:
                         help="each round also without tenants (no key read: one pool), alternating")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.compare and "ADMITGATE_CONFIG" in os.environ:  # (a config file may turn tenants on in the "off" rounds)
+        parser.error("--compare needs ADMITGATE_CONFIG unset")
     runs = []
     for _ in range(args.rounds):
         for tenants in (True, False) if args.compare else (True,):
             if tenants:
                 os.environ["ADMITGATE_TENANTS_KEY"] = "header:x-api-key"  # the demo server reads it
-            else:
-                os.environ.pop("ADMITGATE_TENANTS_KEY", None)
+            else:  # (every tenants' setting: any one of them left, the demo server builds a table on the defaults)
+                for name in [n for n in os.environ if n.startswith("ADMITGATE_TENANTS_")]:
+                    del os.environ[name]
             with demo_server([] if args.rate is None else ["--rate", str(args.rate)], cpu=0) as base:
                 pin(1)
                 run = asyncio.run(one_round(base, args.clients, args.small, args.tenants, args.new))

@@ -417,7 +417,8 @@ class Tenants:
     def _activate(self, pool: Pool, now: float) -> None:
         """A pool idle until now asks: what the others leave unused until the next reallocation (the others keep
         what they use, and the sum of the rates stays within the capacity), which comes within
-        ``EARLY × interval`` if that is less than its entitlement. Its clients are told Retry-After at what the
+        ``EARLY × interval`` if that is less than it wants (its entitlement; what it asks, if it is known to ask
+        less, see :meth:`_borrow`). Its clients are told Retry-After at what the
         others leave (at least its entitlement, which its share reaches then).
 
         All of what they leave, not its entitlement of it: a herd's tenant waking beside a small tenant and the
