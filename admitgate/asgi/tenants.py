@@ -770,6 +770,8 @@ class Tenants:
             # cuts between turned holds away: 84.5 of 100/s admitted, found in review).
             held = pool.gate.waiters / max(pool.gate.max_pacing_delay, tenancy.interval)  # (over a hold's span)
             wanted = max(pool.demand, held) + backlog / tenancy.interval
+            if pool.gate.waiters:  # (never so deep a cut that its holds start a new epoch and are turned away)
+                wanted = max(wanted, EPOCH_CUT * 1.01 * pool.gate.pacer.epoch_rate / pool.share.scale)
             if wanted > MIN_RATE:
                 demands[index] = wanted
                 weights[index] = pool.weight
