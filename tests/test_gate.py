@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import RECHECK, ROOM_WAIT, Decision, Gate, Verdict
+from admitgate.core.gate import COLLAPSE, RECHECK, ROOM_WAIT, Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.limit.capacity import LiveCapacity, StaticCapacity
 from admitgate.limit.estimators import Static
@@ -319,6 +319,45 @@ def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_
     g.refresh(2.5)
     told = [admit(g, 2.5, key=i).retry_after for i in range(1000)]
     assert max(told) <= 5  # not 1000 s: 1,000 places at the peak of ~200/s, less the lead
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_new_arrivals_taking_the_capacity_are_no_outage(live: bool) -> None:
+    """Closed-loop clients count as new arrivals: at λ_new near μ, H falls to its floor while μ stands. No outage:
+    a client given a place far down the schedule is told when it will be due (it was told 1 s, every second)."""
+    g = Gate(Rate(100.0) if live else 100.0, Settings(burst=5, max_pacing_delay=1.5, max_waiters=0, growth=0.0),
+             now=0.0)  # fmt: skip
+    now = warm(g, 10, new_per_second=96)
+    assert g.headroom(now) == pytest.approx(5.0) and not g.collapsed  # (μ·MIN_SHARE: 100 − 96 − √96 < 5)
+    g.pacer.try_take(g.pacer.tokens(now), now)  # the busy tenant's clients took what the bucket refilled
+    told = [admit(g, now, key=i).retry_after for i in range(50)]
+    assert max(told) == math.ceil(50 / 5 - g.lead)  # 50 places at 5/s, less the lead
+    assert sum(t == 1 for t in told) <= 10  # only those due within 2 s
+
+
+def test_an_outage_ends_a_new_arrivals_window_after_the_capacity_is_back() -> None:
+    """A herd arriving through an outage is new arrivals in λ_new's median for seconds after μ returns, and H reads
+    low until they are out of it: its clients are told at the peak until then, not at H's floor."""
+    h = Rate(200.0)
+    g = Gate(h, Settings(burst=20, max_pacing_delay=1.5, max_waiters=0, growth=0.0), now=0.0)
+    now = warm(g, 2, new_per_second=20)
+    peak = g._peak
+    h.value = 1.0  # an outage, through which a herd arrives: 150 first tries a second for 5 s
+    for second in range(5):
+        for i in range(150):
+            admit(g, now + second + i / 150, key=(second, i))
+        g.refresh(now + second + 1)
+    assert g.collapsed
+    h.value = 200.0  # back
+    now += 5.2
+    g.refresh(now)
+    assert g.collapsed and g.headroom(now) < COLLAPSE * peak  # λ_new still reads the herd
+    work = g.schedule.backlog(now)
+    told = admit(g, now, key="late").retry_after
+    assert told <= math.ceil((work + 1) / peak - g.lead)  # at the peak, not at H's floor
+    for step in range(1, 60):  # a λ_new window later it is over
+        g.refresh(now + step / 10)
+    assert not g.collapsed
 
 
 def test_the_peak_an_outage_is_waited_out_at_does_not_fade_while_the_outage_lasts() -> None:

@@ -14,6 +14,8 @@ class Budget(Protocol):
 
     #: This replica's own capacity estimate, requests/s, which the gate publishes to the fleet (None: not yet).
     local_rate: float | None
+    #: The fleet's capacity μ, requests/s: its configured rate or the sum of the replicas' (None: not yet).
+    fleet_rate: float | None
 
     def headroom(self, backlog: float) -> float | None:
         """This replica's share of the fleet's shed rate H, requests/s, for a retry schedule ``backlog`` tokens

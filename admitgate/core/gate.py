@@ -23,9 +23,11 @@ count as new traffic.
 The Retry-After of a place is ``ceil(τ − lead)``, at least 1, where τ is the forecast time until the
 place is due (see :func:`admitgate.core.schedule.forecast`) and ``lead = min(1 s, max_pacing_delay)``: a
 client is told to come back up to a second before its place is due and is held until it is.
-Whole-second Retry-After values would otherwise leave tokens unused between returns. When H has
-collapsed below a quarter of its recent peak (an outage), the forecast expects the peak back at any
-moment: clients are told when their place would be due at the peak, and ask again if it is not.
+Whole-second Retry-After values would otherwise leave tokens unused between returns. When the capacity μ
+has collapsed below a quarter of its recent peak (an outage, until a λ_new window after it is back),
+the forecast expects the peak of H back at any moment: clients are told when their place would be due at
+that peak, and ask again if it is not. H falling because new arrivals take μ is no outage: it is not
+expected back.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ RECHECK = 0.25
 #: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
 #: see :mod:`admitgate.limit.probes`, is full: the service has not yet answered what it was given).
 ROOM_WAIT = 0.02
-#: H below this share of its recent peak has collapsed (an outage): the forecast expects the peak back.
+#: μ below this share of its recent peak has collapsed (an outage, until a λ_new window after it is back): the
+#: forecast expects the peak of H back.
 COLLAPSE = 0.25
 #: The recent peak of H decays with this time constant, seconds; not for the first PEAK_MEMORY s of a collapse
 #: (the capacity before an outage is the best guess for after it: decaying it told clients waiting out a 10 s
@@ -169,6 +172,11 @@ class NewRate:
         self._second, self._seen = second, total
         self.rate = sorted(self._counts)[len(self._counts) // 2]
 
+    @property
+    def span(self) -> int:
+        """The window, seconds: a burst of new requests is out of the median at most this long after it ends."""
+        return len(self._counts)
+
 
 class Gate:
     """Token pacer + retry schedule + pacing and tarpit bounds.
@@ -234,9 +242,14 @@ class Gate:
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
         self._overflowing = False
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
-        self._calm_at = now  # the last refresh at which H had not collapsed
+        self._top = 0.0  # recent peak of μ (decaying as the peak of H does)
+        self._down_at = -math.inf  # the last refresh at which μ had collapsed
+        #: an outage, as of the last refresh: from μ falling below :data:`COLLAPSE` of its recent peak until a
+        #: λ_new window (``new_window`` seconds) after it is back
+        self.collapsed = False
+        self._calm_at = now  # the last refresh at which μ had not collapsed
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
-        self._level = initial  # the H a collapse is judged on: the promise's, or with a shared budget the fleet's
+        self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
         self.next_refresh = now
         self.refresh(now)
 
@@ -255,31 +268,47 @@ class Gate:
         backend = self.backend
         self._new.update(self.new_requests, now)
         shared = fleet = None
+        fleet_mu = rate  # μ of the fleet, with a shared budget
         if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
             backend.local_rate = rate
             backend.overdue(now)
             shared = backend.headroom(self.backlog()[0])
             fleet = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
+            fleet_mu = backend.fleet_rate or rate
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
             self.schedule.set_rate(min(shared, self._room(self.pacer.rate)), now)
             self._promise = shared
-            # A collapse is the fleet's H falling: this replica's share falls whenever a herd lands on the
-            # others, and judged on the share, their herd was an outage here, every client told to come back
-            # in a second (11,000 of 20,000 answers on the fleet herd).
+            # In an outage the fleet's H is expected back, not this replica's share of it: the share falls whenever
+            # a herd lands on the others (judged on it, their herd was an outage here, every client told to come
+            # back in a second: 11,000 of 20,000 answers on the fleet herd).
             self._level = fleet or shared
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
             self._promise = self.headroom(now)
             whole = getattr(self.capacity_source, "whole", None)  # (a tenants' pool: its root's, see Share)
             self._level = self._promise * whole if whole is not None else self._promise
-        collapsed = self._level < COLLAPSE * self._peak
+        # An outage is the capacity collapsing: μ (the fleet's, with a shared budget; a tenants' pool's share of the
+        # root's). H also falls when new arrivals take μ, and judged on H, a busy tenant's closed-loop clients were
+        # an outage: a light client given a place 14-18 s away was told to come back in a second, every second.
+        # It ends a λ_new window after μ is back: the clients that arrived during it are new arrivals in λ_new's
+        # median for seconds after μ returns (ended with μ, the outage-recovery herd's clients were told at H's
+        # floor: drain 1.24, against 1.02).
+        # (Before a shared budget's first lease, its grant: nothing, as the promise is; a replica's clients then
+        # expect its recent H back, not a place at a rate of 0: folded under the cap, a herd's were told 1-3599 s.)
+        mu = fleet_mu if shared is not None else self.capacity
+        if mu < COLLAPSE * self._top:
+            self._down_at = now
+        collapsed = now - self._down_at < self._new.span
         if not collapsed:
             self._calm_at = now
         if not collapsed or now - self._calm_at >= PEAK_MEMORY:  # (see PEAK_MEMORY)
-            self._peak = max(self._level, self._peak * math.exp((self._peak_at - now) / PEAK_MEMORY))
+            fade = math.exp((self._peak_at - now) / PEAK_MEMORY)
+            self._peak = max(self._level, self._peak * fade)
+            self._top = max(mu, self._top * fade)
         self._peak_at = now
+        self.collapsed = collapsed
         if self._overflowing and self.schedule.horizon(now) < self._cap:
             self._overflowing = False  # the episode is over: log the next one again
 
@@ -301,7 +330,7 @@ class Gate:
 
     @property
     def whole(self) -> float:
-        """How many times :attr:`promise` the H a collapse is judged on is: with a shared budget, the fleet's H
+        """How many times :attr:`promise` the H an outage expects back is: with a shared budget, the fleet's H
         over this replica's share of it (a tenants' pool's gate is told it by its table); 1 otherwise."""
         return self._level / self._promise
 
@@ -514,7 +543,7 @@ class Gate:
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
         seconds = forecast(work / promise, self.growth)
-        if self._level < COLLAPSE * self._peak:  # an outage: capacity may come back at any moment
+        if self.collapsed:  # an outage: capacity may come back at any moment
             seconds = min(seconds, work / (self._peak * promise / self._level))  # (this replica's part of it)
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
