@@ -11,6 +11,7 @@ from collections import Counter, deque
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
 from admitgate.asgi.tenants import HISTORY, NEWCOMERS, SLACK, Tenancy, Tenants, _rates
@@ -644,6 +645,15 @@ async def test_through_the_middleware_one_tenant_emptying_its_bucket_leaves_the_
     assert headers["ratelimit-policy"] == '"admitgate";q=5;w=1'  # its entitlement: half of 10/s
     modest, _ = await run(_app(clock, sleep, None))  # the same without tenants
     assert modest.count(200) == 0
+
+
+def test_with_metrics_and_a_typed_in_rate_every_pool_shares_the_replicas_probes() -> None:
+    """Metrics give a typed-in rate probes (its latency and in-flight series); the newcomers' pool, built with the
+    table, shares them as every later pool does (it was built before them and had none)."""
+    app = AdmitGate(lambda s, r, c: None, rate=10, tenants=Tenancy(key="header:x-api-key"),  # type: ignore[arg-type]
+                    metrics=CollectorRegistry())  # fmt: skip
+    assert app.gate.probes is not None
+    assert app.tenants is not None and app.tenants.newcomers.gate.probes is app.gate.probes
 
 
 def test_a_bad_tenancy_fails_the_middleware_naming_it() -> None:

@@ -124,6 +124,8 @@ class AdmitGate:
                 raise ConfigError("backend", "must be a URL (memory://, redis://...) or a RedisBudget", backend)
             server = detect()
             self.gate = gate_of(gate, rate, settings, workers, server, backend is not None, now)
+            if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
+                self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
             # With metrics, paths no rule names are labelled by the app's own route templates.
             labels_from = app if metrics is not None else None
             self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
@@ -157,8 +159,6 @@ class AdmitGate:
         if self.tenants is not None:  # the replica's bucket while the table is open, else the tenants' fast path
             self._book, self._tenant_take = self.tenants.closed, self.tenants.take
         self._on_admit = self.headers.on_admit
-        if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
-            self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
         self._probes = self.gate.probes
         self._bound = self.gate.bound  # the in-flight limit the fast path must leave room in, if any
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
