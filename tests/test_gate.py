@@ -323,16 +323,47 @@ def test_after_a_collapse_clients_are_told_when_they_would_be_due_at_the_recent_
 
 @pytest.mark.parametrize("live", [False, True])
 def test_new_arrivals_taking_the_capacity_are_no_outage(live: bool) -> None:
-    """Closed-loop clients count as new arrivals: at λ_new near μ, H falls to its floor while μ stands. No outage:
-    a client given a place far down the schedule is told when it will be due (it was told 1 s, every second)."""
-    g = Gate(Rate(100.0) if live else 100.0, Settings(burst=5, max_pacing_delay=1.5, max_waiters=0, growth=0.0),
-             now=0.0)  # fmt: skip
+    """Closed-loop clients count as new arrivals: at λ_new near μ, H falls to its floor while μ stands. That is no
+    outage (told at the peak, 1 s, such clients asked every second); nor can it be told from a spike, so a client
+    whose place is far down the schedule is told when it would be due at the peak, but not sooner than a λ_new
+    window. Once the overload has lasted long enough for the peak of H to fade, clients are told their places."""
+    source = LiveCapacity(Static(100.0)) if live else 100.0
+    g = Gate(source, Settings(burst=5, max_pacing_delay=1.5, max_waiters=0, growth=0.0), now=0.0)
     now = warm(g, 10, new_per_second=96)
     assert g.headroom(now) == pytest.approx(5.0) and not g.collapsed  # (μ·MIN_SHARE: 100 − 96 − √96 < 5)
     g.pacer.try_take(g.pacer.tokens(now), now)  # the busy tenant's clients took what the bucket refilled
     told = [admit(g, now, key=i).retry_after for i in range(50)]
-    assert max(told) == math.ceil(50 / 5 - g.lead)  # 50 places at 5/s, less the lead
+    window = g.settings.new_window
+    assert max(told) == math.ceil(window - g.lead)  # not 9 s (50 places at 5/s, less the lead), nor 1 (the peak)
     assert sum(t == 1 for t in told) <= 10  # only those due within 2 s
+    now = warm(g, 60, new_per_second=96, start=now)  # a minute more of it: sustained
+    g.pacer.try_take(g.pacer.tokens(now), now)
+    work = g.schedule.backlog(now)
+    told = [admit(g, now, key=("late", i)).retry_after for i in range(100)]
+    assert max(told) == math.ceil((work + 100) / g.promise - g.lead) > window  # where the places are
+
+
+def test_the_clients_of_a_spike_of_new_arrivals_are_in_soon_after_it() -> None:
+    """A 4 s spike of first tries at 1.5 μ: λ_new reads it as sustained overload for seconds after it ends, and H
+    sits at its floor. Told their places at that floor (up to 61 s), its clients left the service idle from 7 to 31 s;
+    told at the peak but not sooner than a λ_new window, they are all in within two after the spike ends (one for
+    λ_new to forget it, one at most to be told again; every client obeys Retry-After)."""
+    g = Gate(100.0, Settings(growth=0.0), now=0.0)
+    events = [(2 + i / 150, i) for i in range(600)]
+    heapq.heapify(events)
+    admitted: dict[int, float] = {}
+    while events:
+        now, key = heapq.heappop(events)
+        d = admit(g, now, key=key)
+        while d.delay:
+            now += d.delay
+            d = g.end_hold(d, now)
+        if d.verdict is Verdict.ADMIT:
+            admitted[key] = now
+        else:
+            heapq.heappush(events, (now + d.delay + d.retry_after, key))
+    assert len(admitted) == 600
+    assert max(admitted.values()) <= 6 + 2 * g.settings.new_window  # 13.0 s (told at H's floor: 61 s)
 
 
 def test_an_outage_ends_a_new_arrivals_window_after_the_capacity_is_back() -> None:

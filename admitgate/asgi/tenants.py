@@ -201,10 +201,7 @@ class Share:
     :meth:`Pool.set_share`), its ``entitlement`` (its weighted share among the tenants asking: the ``q`` its
     rate-limit fields show), and ``whole``: how many times the replica's share the fleet's H is, with a shared
     budget (1 without), so that in an outage the pool expects back its part of the fleet's H (see
-    :attr:`Gate.whole`). A pool judges an outage on ``capacity`` (see :attr:`Gate.collapsed`): a share cut under a
-    quarter as others wake is one, and its clients are told by the H it had until a λ_new window later (told by
-    the cut share, the light-tenant benchmark's busy pool, cut to a sixteenth as fifty tenants woke, told its
-    clients 216-376 s and served 18.5/s of its 75).
+    :attr:`Gate.whole`).
 
     A live estimator's start-up doubles μ in a second: pools that followed it only at each reallocation held
     admissions below the rate it was testing, so it grew on (to 1.5 times the capacity in the simulator's
@@ -221,6 +218,12 @@ class Share:
 
     def rate(self, now: float) -> float:
         return self.value * self.scale
+
+    @property
+    def collapsed(self) -> bool:
+        """Whether the root is in an outage (see :attr:`Gate.collapsed`): a pool's share cut as others wake is
+        none (its clients are told as where new arrivals take the capacity, see :meth:`Gate._reject`)."""
+        return self.root.collapsed
 
     @property
     def scale(self) -> float:
