@@ -335,8 +335,9 @@ def test_new_arrivals_taking_the_capacity_are_no_outage(live: bool) -> None:
     told = [admit(g, now, key=i).retry_after for i in range(50)]
     window = g.settings.new_window
     assert max(told) == math.ceil(window - g.lead)  # not 9 s (50 places at 5/s, less the lead), nor 1 (the peak)
-    assert sum(t == 1 for t in told) <= 10  # only those due within 2 s
-    now = warm(g, 60, new_per_second=96, start=now)  # a minute more of it: sustained
+    assert told[:20] == [math.ceil(max(1, (i + 1) / 5 - g.lead)) for i in range(20)]  # due sooner: told by H now
+    # 90 s more of it: sustained (the peak stands for 30 s, then fades from about 95/s to 4 × H in 47 s)
+    now = warm(g, 90, new_per_second=96, start=now)
     g.pacer.try_take(g.pacer.tokens(now), now)
     work = g.schedule.backlog(now)
     told = [admit(g, now, key=("late", i)).retry_after for i in range(100)]
@@ -388,6 +389,45 @@ def test_an_outage_ends_a_new_arrivals_window_after_the_capacity_is_back() -> No
     assert told <= math.ceil((work + 1) / peak - g.lead)  # at the peak, not at H's floor
     for step in range(1, 60):  # a λ_new window later it is over
         g.refresh(now + step / 10)
+    assert not g.collapsed
+
+
+class Lease:
+    """A shared budget as the gate sees it (:class:`~admitgate.core.budget.Budget`), its figures set by hand: the
+    fleet's μ, and this replica's share of the fleet's H (None: no lease yet)."""
+
+    def __init__(self, fleet_rate: float) -> None:
+        self.local_rate: float | None = None
+        self.fleet_rate: float | None = fleet_rate
+        self.share: float | None = None
+
+    def overdue(self, now: float) -> None:
+        pass
+
+    def headroom(self, backlog: float) -> float | None:
+        return self.share
+
+
+def test_before_a_shared_budgets_first_lease_clients_expect_the_recent_h_back() -> None:
+    """Until its first lease a replica is granted nothing (the pacer paused), so its promise is 0: that time is an
+    outage, and a herd is told at the peak of H (at a rate of 0 it was folded under the cap: told 1-3599 s). It ends
+    with the first lease, and then the fleet's μ is judged: this replica's share of H falls whenever a herd lands on
+    the others, and that is no outage."""
+    g = Gate(400.0, Settings(burst=1, max_pacing_delay=0, growth=0.0), now=0.0)
+    warm(g, 2)
+    lease = Lease(400.0)
+    g.backend = lease
+    g.pacer.set_grant(0.0, 2.0)  # (as RedisBudget.attach does)
+    g.refresh(2.1)
+    assert g.collapsed
+    told = [admit(g, 2.1, key=i).retry_after for i in range(2000)]
+    assert max(told) == math.ceil(2000 / g._peak - g.lead)  # 5 s at the peak
+    lease.share = 360.0  # the first lease
+    g.refresh(2.2)
+    assert not g.collapsed
+    lease.share = 20.0  # a herd on the others: this replica's share of the fleet's H falls, the fleet's μ stands
+    for i in range(20):
+        g.refresh(2.3 + i / 10)
     assert not g.collapsed
 
 

@@ -221,8 +221,9 @@ class Share:
 
     @property
     def collapsed(self) -> bool:
-        """Whether the root is in an outage (see :attr:`Gate.collapsed`): a pool's share cut as others wake is
-        none (its clients are told as where new arrivals take the capacity, see :meth:`Gate._reject`)."""
+        """Whether the root is in an outage (see :attr:`Gate.collapsed`). A pool is in one too while its H is under
+        :data:`~admitgate.core.gate.COLLAPSE` of its peak: its share, cut as other tenants wake, comes back as they
+        drain, and its clients are told at its peak."""
         return self.root.collapsed
 
     @property

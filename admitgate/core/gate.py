@@ -244,12 +244,11 @@ class Gate:
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
         self._top = 0.0  # recent peak of μ (decaying as the peak of H does)
         self._down_at = -math.inf  # the last refresh at which μ had collapsed
-        self._cut = False  # μ under COLLAPSE of its recent peak at the last refresh
         #: an outage, as of the last refresh: from μ falling below :data:`COLLAPSE` of its recent peak until a
-        #: λ_new window (``new_window`` seconds) after it is back; a tenants' pool's is its root's, and with a shared
-        #: budget the fleet's μ is judged, and the time before the first lease is one
+        #: λ_new window (``new_window`` seconds) after it is back (with a shared budget the fleet's μ, and the time
+        #: before the first lease); in a tenants' pool, its root's, and H under COLLAPSE of its peak
         self.collapsed = False
-        self._calm_at = now  # the last refresh at which μ had not collapsed
+        self._calm_at = now  # the last refresh in no outage, with H at COLLAPSE of its peak or more
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
         self.next_refresh = now
@@ -291,21 +290,28 @@ class Gate:
             self._promise = self.headroom(now)
             whole = getattr(self.capacity_source, "whole", None)  # (a tenants' pool: its root's, see Share)
             self._level = self._promise * whole if whole is not None else self._promise
-        # An outage is the capacity collapsing: μ (the fleet's, with a shared budget; a tenants' pool follows its
-        # root). It ends a λ_new window after μ is back: the clients that arrived during it are new arrivals in
-        # λ_new's median for seconds after μ returns (ended with μ, the outage-recovery herd's clients were told at
-        # H's floor: drain 1.24, against 1.02). Before a shared budget's first lease the grant is 0 and so is the
-        # promise: the replica's clients expect its recent H back (at a rate of 0, folded under the cap, a herd's
-        # were told 1-3599 s). H falling while μ stands is not an outage: see _reject.
+        # An outage is the capacity collapsing: μ (the fleet's, with a shared budget). It ends a λ_new window after μ
+        # is back: the clients that arrived during it are new arrivals in λ_new's median for seconds after μ returns
+        # (ended with μ, the outage-recovery herd's clients were told at H's floor: drain 1.24, against 1.02). Before
+        # a shared budget's first lease the grant is 0 and so is the promise: the replica's clients expect its recent
+        # H back (at a rate of 0, folded under the cap, a herd's were told 1-3599 s). H falling while μ stands is
+        # not an outage: see _reject. A tenants' pool is in one with its root, and whenever its H is under COLLAPSE
+        # of its peak: its share, cut as other tenants wake, comes back as they drain (told their places as they
+        # were, a herd in a pool after its root's outage drained in 98 s where 66 s did; see Share).
         root = getattr(self.capacity_source, "collapsed", None)
         mu = fleet_mu if backend is not None else self.capacity
-        self._cut = mu < COLLAPSE * self._top  # (in a tenants' pool, its share cut as others woke: see _reject)
-        if root is None and self._cut:
+        if root is None and mu < COLLAPSE * self._top:
             self._down_at = now
-        collapsed = now - self._down_at < self._new.span or (backend is not None and shared is None) or bool(root)
-        if not collapsed:
+        if root is None:
+            collapsed = now - self._down_at < self._new.span or (backend is not None and shared is None)
+        else:
+            collapsed = root or self._level < COLLAPSE * self._peak
+        # The peaks stand for the first PEAK_MEMORY s of an outage, and of H under COLLAPSE of its peak while μ
+        # stands: new arrivals taking it for a while say nothing of the H to come.
+        calm = not collapsed and self._level >= COLLAPSE * self._peak
+        if calm:
             self._calm_at = now
-        if not collapsed or now - self._calm_at >= PEAK_MEMORY:  # (see PEAK_MEMORY)
+        if calm or now - self._calm_at >= PEAK_MEMORY:
             fade = math.exp((self._peak_at - now) / PEAK_MEMORY)
             self._peak = max(self._level, self._peak * fade)
             self._top = max(mu, self._top * fade)
@@ -548,16 +554,13 @@ class Gate:
         if self.collapsed:  # an outage: capacity may come back at any moment
             seconds = min(seconds, work / (self._peak * promise / self._level))  # (this replica's part of it)
         elif self._level < COLLAPSE * self._peak:
-            # μ stands, H does not. In a tenants' pool whose share was cut as others woke (μ is its share), the peak
-            # comes back as they drain: told at it, as in an outage (told at a λ_new window at least, a herd across
-            # 100 tenants drained at 1.179 of its bound in one seed of three, against 1.085). Otherwise new arrivals
-            # take μ (closed-loop clients count as new): sustained overload or a spike, which cannot be told now.
-            # Told their places at H's floor, clients turned away in a 4 s spike at 1.5 μ were told up to 61 s and
-            # the service stood idle from 7 to 31 s; told them at the peak, a busy tenant's clients asked every
-            # second. At the peak, but not sooner than a λ_new window (by then λ_new is measured anew), until the
-            # overload has lasted long enough for the peak to fade to 1/COLLAPSE of H.
-            soonest = 0.0 if self._cut else self._new.span
-            seconds = min(seconds, max(soonest, work / (self._peak * promise / self._level)))
+            # μ stands, H does not: new arrivals take μ (closed-loop clients count as new), in a spike or sustained
+            # overload, which cannot be told apart now. Told their places at H's floor, clients turned away in a 4 s
+            # spike at 1.5 μ were told up to 61 s and the service stood idle from 7 to 31 s; told at the peak (as in
+            # an outage), a busy tenant's clients asked every second. At the peak, but not sooner than a λ_new
+            # window (by then λ_new is measured anew), until the overload has lasted long enough for the peak to
+            # fade to 1/COLLAPSE of H.
+            seconds = min(seconds, max(self._new.span, work / (self._peak * promise / self._level)))
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)
