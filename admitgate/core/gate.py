@@ -26,8 +26,9 @@ client is told to come back up to a second before its place is due and is held u
 Whole-second Retry-After values would otherwise leave tokens unused between returns. When the capacity μ
 has collapsed below a quarter of its recent peak (an outage, until a λ_new window after it is back),
 the forecast expects the peak of H back at any moment: clients are told when their place would be due at
-that peak, and ask again if it is not. H falling because new arrivals take μ is no outage: it is not
-expected back.
+that peak, and ask again if it is not. H falling while μ stands (new arrivals take it: a spike, or sustained
+overload) is no outage: clients are told when their place would be due at the peak, but not sooner than a
+λ_new window, when λ_new will have been measured anew. A tenants' pool waits out any low H at its peak.
 """
 
 from __future__ import annotations
@@ -69,12 +70,12 @@ RECHECK = 0.25
 #: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
 #: see :mod:`admitgate.limit.probes`, is full: the service has not yet answered what it was given).
 ROOM_WAIT = 0.02
-#: μ below this share of its recent peak has collapsed (an outage, until a λ_new window after it is back): the
-#: forecast expects the peak of H back.
+#: μ below this share of its recent peak has collapsed (an outage, until a λ_new window after it is back; in a
+#: tenants' pool, H below it): the forecast expects the peak of H back.
 COLLAPSE = 0.25
-#: The recent peak of H decays with this time constant, seconds; not for the first PEAK_MEMORY s of a collapse
-#: (the capacity before an outage is the best guess for after it: decaying it told clients waiting out a 10 s
-#: outage to come back 30 % late).
+#: The recent peaks of H and μ decay with this time constant, seconds; not for the first PEAK_MEMORY s of an outage
+#: or of H under COLLAPSE of its peak (the capacity before an outage is the best guess for after it: decaying it told
+#: clients waiting out a 10 s outage to come back 30 % late).
 PEAK_MEMORY = 30.0
 
 Identify = Callable[[], "Hashable | None"]
@@ -551,16 +552,15 @@ class Gate:
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
         seconds = forecast(work / promise, self.growth)
-        if self.collapsed:  # an outage: capacity may come back at any moment
-            seconds = min(seconds, work / (self._peak * promise / self._level))  # (this replica's part of it)
-        elif self._level < COLLAPSE * self._peak:
-            # μ stands, H does not: new arrivals take μ (closed-loop clients count as new), in a spike or sustained
-            # overload, which cannot be told apart now. Told their places at H's floor, clients turned away in a 4 s
-            # spike at 1.5 μ were told up to 61 s and the service stood idle from 7 to 31 s; told at the peak (as in
-            # an outage), a busy tenant's clients asked every second. At the peak, but not sooner than a λ_new
-            # window (by then λ_new is measured anew), until the overload has lasted long enough for the peak to
-            # fade to 1/COLLAPSE of H.
-            seconds = min(seconds, max(self._new.span, work / (self._peak * promise / self._level)))
+        if self.collapsed or self._level < COLLAPSE * self._peak:
+            at_peak = work / (self._peak * promise / self._level)  # (this replica's part of it)
+            # In an outage, capacity may come back at any moment. Otherwise μ stands and H does not: new arrivals
+            # take μ (closed-loop clients count as new), in a spike or sustained overload, which cannot be told
+            # apart now. Told their places at H's floor, clients turned away in a 4 s spike at 1.5 μ were told up to
+            # 61 s and the service stood idle from 7 to 31 s; told at the peak (as in an outage), a busy tenant's
+            # clients asked every second. At the peak, but not sooner than a λ_new window (by then λ_new is measured
+            # anew), until the overload has lasted long enough for the peak to fade to 1/COLLAPSE of H.
+            seconds = min(seconds, at_peak if self.collapsed else max(self._new.span, at_peak))
         retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)
