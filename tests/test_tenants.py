@@ -259,6 +259,24 @@ def test_a_pools_share_cut_as_others_wake_is_told_at_its_peak() -> None:
     assert max(told) == math.ceil(work / gate._peak - gate.lead) < gate.settings.new_window - gate.lead
 
 
+def test_a_pools_own_clients_taking_its_share_are_told_as_a_replicas_are() -> None:
+    """A tenant's closed-loop clients are new arrivals to its pool: they take its share and its H falls to its floor,
+    its share uncut. That low H is waited out as a replica's is, at the peak but not sooner than a λ_new window (at
+    the peak alone, such clients asked every second: 50.9 429s a second beside ten light tenants, now 12.7)."""
+    tenants = table()
+    now = 0.0
+    for k in range(96 * 10):  # "busy" alone, 96 new requests/s for 10 s
+        now = k / 96
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope("busy"))
+    pool = tenants._pools.get("busy", now)
+    assert pool is not None
+    gate = pool.gate
+    gate.max_waiters = 0  # (no pacing: each client is given a place)
+    gate.pacer.try_take(gate.pacer.tokens(now), now)  # its clients took what the bucket refilled
+    told = [tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("busy")).retry_after for k in range(50)]
+    assert max(told) == math.ceil(gate.settings.new_window - gate.lead)  # not 1 s (the peak), nor 9 (H's floor)
+
+
 def test_a_stampeding_tenant_does_not_push_back_the_small_one() -> None:
     tenants = table()
     now = 0.0

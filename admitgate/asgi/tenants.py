@@ -221,9 +221,8 @@ class Share:
 
     @property
     def collapsed(self) -> bool:
-        """Whether the root is in an outage (see :attr:`Gate.collapsed`). A pool is in one too while its H is under
-        :data:`~admitgate.core.gate.COLLAPSE` of its peak: its share, cut as other tenants wake, comes back as they
-        drain, and its clients are told at its peak."""
+        """Whether the root is in an outage (see :attr:`Gate.collapsed`). A pool's share cut as other tenants wake is
+        none, but its low H is waited out at its peak as an outage's is: the share comes back as they drain."""
         return self.root.collapsed
 
     @property
