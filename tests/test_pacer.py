@@ -269,3 +269,46 @@ def test_with_places_released_and_taken_again_admitted_never_exceeds_rate_times_
         for j in range(i, len(admitted)):
             total += admitted[j][1]
             assert total <= rate * (admitted[j][0] - admitted[i][0]) + burst + 1e-6
+
+
+def test_the_refill_a_full_bucket_cannot_hold_goes_to_its_spill() -> None:
+    """Only what came beyond the bucket's size, once, whichever call refilled it (try_take inlines the refill)."""
+    spilt: list[tuple[float, float]] = []
+    pacer = TokenPacer(10.0, 5.0)
+    pacer.spill = lambda tokens, now: spilt.append((round(tokens, 9), now))
+    assert pacer.try_take(3.0, 0.0) and pacer.tokens(0.2) == 4.0 and not spilt  # (not full: nothing beyond)
+    assert pacer.tokens(0.5) == 5.0 and spilt == [(2.0, 0.5)]
+    assert pacer.try_take(1.0, 0.6) and spilt[-1] == (1.0, 0.6)
+    pacer.set_rate(20.0, 0.7)  # (a refill at the old rate first: 1 token to fill, none beyond)
+    assert spilt[-1] == (1.0, 0.6) and pacer.tokens(0.8) == 5.0 and spilt[-1] == (2.0, 0.8)
+    pacer.spill = None
+    assert pacer.tokens(2.0) == 5.0 and len(spilt) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(0.5, 500),
+    burst=st.floats(1, 50),
+    steps=st.lists(st.tuples(st.floats(0, 0.5), st.sampled_from(["take", "tokens", "reserve", "give"])), max_size=200),
+)
+def test_a_spilling_bucket_loses_nothing(rate: float, burst: float, steps: list[tuple[float, str]]) -> None:
+    """What it started with, its refill and what it was given are what it holds, what it gave out (taken or
+    reserved) and what it spilt: a token goes to the spill or stays, never both, never neither (give, which adds
+    tokens passed from another bucket, drops what does not fit: not a refill)."""
+    spilt = [0.0]
+    pacer = TokenPacer(rate, burst, max_debt=burst)
+    pacer.spill = lambda tokens, now: spilt.__setitem__(0, spilt[0] + tokens)
+    now = out = given_in = 0.0
+    for gap, op in steps:
+        now += gap
+        if op == "take":
+            out += pacer.try_take(1.0, now)
+        elif op == "reserve":
+            out += pacer.reserve(1.0, now, 0.5) is not None
+        elif op == "give":
+            held = pacer.tokens(now)
+            pacer.give(0.5, now)
+            given_in += pacer.tokens(now) - held
+        else:
+            pacer.tokens(now)
+    assert math.isclose(burst + rate * now + given_in, pacer.tokens(now) + out + spilt[0], rel_tol=1e-9, abs_tol=1e-6)
