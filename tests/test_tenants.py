@@ -1077,6 +1077,19 @@ def test_what_light_tenants_leave_unused_goes_to_the_busy_ones_by_weight() -> No
     assert tenants.spilt > 0
 
 
+def test_tenants_established_together_beside_a_busy_one_are_measured_over_what_they_asked_as_newcomers() -> None:
+    """Fifty light tenants, each asking once every 2 s, become tenants on their third request (seconds 4-6) beside
+    one asking 200/s of 100/s. A new pool's demand is measured from its requests as a newcomer on: measured from
+    the moment since the last reallocation alone, each was one request in 0.05 s, 20/s, the busy pool was cut to
+    its entitlement, and the table admitted 12, 8 and 27 requests in seconds 4, 5 and 6."""
+    tenants = Tenants(Tenancy(open_below=0.0), Gate(100.0, Settings(tarpit=0.0)))
+    arrivals = [(k / 200.0, "busy") for k in range(10 * 200)]
+    for i in range(50):
+        arrivals += [(i * 2.0 / 50 + 2.0 * c, f"l{i}") for c in range(5)]
+    per = Counter(int(t) for t in _admissions(tenants, arrivals))
+    assert all(per[second] >= 70 for second in range(4, 10)), per
+
+
 def test_light_tenants_waking_take_their_rate_from_a_busy_one_without_cutting_it_into_a_new_epoch() -> None:
     """Sixty light tenants wake together beside a busy one at all of 100/s: each takes its rate from the busy pool,
     down to its entitlement but never below half its epoch's rate (a deeper cut starts a new epoch: its holds, the
