@@ -17,6 +17,9 @@ entitlement, which its share reaches as soon as its demand is measured. The clie
 demand too. A tenant whose thousand clients stampede is spread over its own window, at what the others
 leave; the tenant beside it that sent ten is not pushed back.
 
+What a pool does not use is the others': the refill its full bucket cannot hold spills to the pools given less
+than they asked (see :meth:`Tenants._spill`), within the one bucket, as a hierarchical token bucket lends.
+
 State is bounded. A key becomes a tenant with a pool once it has sent ``establish`` requests within
 ``window`` seconds and fewer than ``max_tenants`` pools exist; until then it shares one *newcomers*
 pool, which competes as one tenant. A flood of a million new keys therefore takes one share, not the

@@ -21,6 +21,9 @@ A reservation given up before its place comes (its client left, or its hold was 
 a small cut) is *released*: the newest one's tokens go back to the bucket, and any other's place is
 taken by the next reservation of the same cost that it would not keep waiting too long, instead of
 a place behind the newest. Its tokens were charged once and are used once.
+
+A bucket may *spill*: the refill a full bucket cannot hold goes to :attr:`TokenPacer.spill`, if set (a
+tenants' table passes it to the pools short of tokens); otherwise it is lost, as a bucket's overflow is.
 """
 
 from __future__ import annotations
