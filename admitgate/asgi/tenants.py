@@ -17,9 +17,6 @@ entitlement, which its share reaches as soon as its demand is measured. The clie
 demand too. A tenant whose thousand clients stampede is spread over its own window, at what the others
 leave; the tenant beside it that sent ten is not pushed back.
 
-What a pool does not use is the others': the refill its full bucket cannot hold spills to the pools given less
-than they asked (see :meth:`Tenants._spill`), within the one bucket, as a hierarchical token bucket lends.
-
 State is bounded. A key becomes a tenant with a pool once it has sent ``establish`` requests within
 ``window`` seconds and fewer than ``max_tenants`` pools exist; until then it shares one *newcomers*
 pool, which competes as one tenant. A flood of a million new keys therefore takes one share, not the
@@ -32,13 +29,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-import itertools
 import math
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from ..core.errors import ConfigError, function, integer, number
@@ -294,12 +288,11 @@ class Pool:
         """Refill at ``rate`` (of the capacity as of the last reallocation; scaled with it, see :class:`Share`); tell
         Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
         ``promise`` is what it gets if it stays busy while the others use what they used."""
-        share, pacer = self.share, self.gate.pacer
-        pacer.tokens(now)  # (refilled up to now at the rate it had until now)
+        share = self.share
         share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, promise, MIN_RATE)
         share.entitlement = max(entitlement, MIN_RATE)
-        if burst != pacer.burst:
-            pacer.set_burst(burst, now)
+        if burst != self.gate.pacer.burst:
+            self.gate.pacer.set_burst(burst, now)
         self.gate.next_refresh = now  # the next decision reads the new rate
 
 
@@ -327,7 +320,6 @@ class Tenants:
         #: what pools waking (or new) are given their first tokens from (see _start): the root's burst, refilled
         #: at what no pool is assigned (see _refill_credit)
         self._credit = TokenPacer(root.pacer.rate, root.pacer.burst, now=now)
-        self._credit.spill = partial(self._spill, None)
         self._round = 0  # reallocations so far (the interval the newcomers' pool's ``asked`` is of)
         self._settings = dataclasses.replace(root.settings, burst=None)
         self._active_weight = 0.0  # the weight of the pools that asked in the last interval
@@ -348,13 +340,6 @@ class Tenants:
         #: the awake pool given the most per weight at the last reallocation: a light tenant waking takes its rate
         #: from it (see _borrow)
         self._lender: Pool | None = None
-        #: the awake pools given less than they asked at the last reallocation, and their weights summed in turn: what
-        #: the others' full buckets cannot hold passes to them (see _spill)
-        self._heirs: list[Pool] = []
-        self._reach: list[float] = []
-        self._turn = 0.0  # the last point of _spill's sequence
-        self._lent = 0.0  # tokens _start gave woken pools that the credit did not hold, not yet repaid (see _return)
-        self.spilt = 0.0  #: tokens so far that full buckets could not hold and pools given less than they asked took
         #: empty while the table is open (``Tenancy.open_below``), else one item. The middleware's admit path
         #: reads its truthiness as it reads a schedule's book: while it is empty, the replica's bucket decides.
         #: It starts closed: the tenants are established and measured before it first opens, so that a herd
@@ -658,7 +643,8 @@ class Tenants:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
         share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu)
         gate = Gate(share, self._settings, now=now)
-        gate.pacer.cap(0.0, now)  # (the burst is in the table's credit: each pool is given its part as it wakes)
+        if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
+            gate.pacer.cap(0.0, now)
         gate.releases = True  # (its rate moves with the shares: see Gate.end_hold)
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
         gate.bound = self.root.bound  # and what it has in flight is the service's
@@ -693,7 +679,6 @@ class Tenants:
         first tokens of pools woken together are spread over their spacing."""
         pacer, credit = pool.gate.pacer, self._credit
         pacer.cap(0.0, now)
-        pacer.spill = partial(self._spill, pool)
         pacer.give(passed, now)  # (what the pools it took its rate from gave up: see _reclaim)
         part = min(pacer.burst - pacer.tokens(now), credit.tokens(now))
         if part >= 1.0 and credit.try_take(part, now):
@@ -701,56 +686,6 @@ class Tenants:
         else:
             self._phase = (self._phase + GOLDEN) % 1.0
             pacer.give(self._phase, now)
-            self._lent += self._phase  # (made from nothing: what pools put to sleep return repays it, see _return)
-
-    def _return(self, tokens: float, now: float) -> None:
-        """``tokens`` a pool put to sleep held go back to the table's credit, once the fractions of a token
-        :meth:`_start` made from nothing are repaid, and what the credit cannot hold to an heir (see :meth:`_spill`).
-        A light tenant's pool sleeps between its requests: its token, cut, was lost, and its next wake-up found the
-        credit empty and was given a fraction of a token made from nothing (with fifty light tenants, 11.5 a second).
-        """
-        repaid = min(tokens, self._lent)
-        self._lent -= repaid
-        tokens -= repaid
-        credit = self._credit
-        kept = min(tokens, credit.burst - credit.tokens(now))
-        if kept > 0:
-            credit.give(kept, now)
-        if tokens > kept:
-            self._spill(None, tokens - max(kept, 0.0), now)
-
-    def _spill(self, pool: Pool | None, tokens: float, now: float) -> None:
-        """``tokens`` that ``pool``'s full bucket (None: the credit's, or a pool put to sleep) could not hold pass to
-        a pool given less than it asked at the last reallocation (an *heir*), chosen by weight along a low-discrepancy
-        sequence, up to the heir's part of the root's burst; beyond, they are lost, as a full bucket's refill is.
-        Only the refill at the pool's share now: a pacer refills at its rate as of its last refresh, and the root's
-        μ moves between (fallen, a light tenant's stale rate would pass tokens the service no longer has).
-
-        A hierarchical token bucket's borrowing, kept within the one bucket: a token passes only into an heir's part
-        of the root's burst, so the spill is no burst of its own, and admissions stay within rate·t + burst.
-        Without it, a rate a pool did not use was nobody's: fifty light tenants, each asking once every 2 s and
-        measured at up to 2/s (one request in an interval), left 30 % of the capacity unused beside a busy tenant
-        (``bench/light_tenants.py``: 70.7 of 100/s; now 79.9). Into the heir's whole bucket (at least one token),
-        a reallocation's spill across a herd of 500 tenants went in at once, beyond the burst (26-60 5xx in the
-        simulator)."""
-        reach = self._reach
-        if not reach:
-            return
-        if pool is not None:
-            share, pacer = pool.share.rate(now), pool.gate.pacer
-            if share < pacer.rate:
-                tokens *= share / pacer.rate
-        self._turn = (self._turn + GOLDEN) % 1.0
-        heir = self._heirs[min(bisect_right(reach, self._turn * reach[-1]), len(reach) - 1)]
-        if heir is pool or not heir.awake:
-            return
-        bucket = heir.gate.pacer
-        # (a debt is its holds': a token given goes in at once, however deep)
-        room = self.root.pacer.burst * heir.share.value / self._mu - max(0.0, bucket.tokens(now))
-        if room > 0:
-            given = min(room, tokens)
-            bucket.give(given, now)
-            self.spilt += given
 
     def _refill_credit(self, now: float) -> None:
         """From ``now`` the wake-up credit refills at what no pool is assigned (``_available`` less ``_assigned``,
@@ -894,8 +829,6 @@ class Tenants:
         used = self._used = math.fsum(uses.values())
         self._assigned = 0.0
         self._lender, most = None, 0.0
-        heirs: list[Pool] = []
-        asleep: list[float] = []  # what the buckets of pools put to sleep held, tokens
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
         whole = root.whole
         spare: list[tuple[float, int, Pool]] = []
@@ -915,31 +848,18 @@ class Tenants:
                                self._promise(entitlement, used - uses[index]))  # fmt: skip
                 if woken:
                     self._start(pool, now)
-                if rate < demands[index] * (1.0 - 1e-9):
-                    heirs.append(pool)
                 extra = rate - max(pool.demand * SLACK + 1.0, MIN_RATE)
                 if extra > 0:
                     spare.append((extra, index, pool))
                 if rate / pool.weight > most and not (floored and index == newcomers):  # (_borrow: a floor lends none)
                     self._lender, most = pool, rate / pool.weight
-            else:  # asleep: what its bucket held goes back to the credit (woken, it is given tokens anew: _start)
-                # (if it was awake: a pool never woken refilled at its first rate. Up to its part of the burst: a
-                # bucket is at least one token, and sixty light pools' held sixty)
-                held = min(pool.gate.pacer.tokens(now), root.pacer.burst * pool.share.value / self._mu) \
-                    if pool.awake else 0.0  # fmt: skip
+            else:  # asleep: what its bucket held goes with its share (woken, it is given tokens anew: _start)
                 pool.awake, pool.use = False, 0.0
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
                 pool.gate.pacer.cap(0.0, now)
-                pool.gate.pacer.spill = None  # (it holds no rate: see _spill)
-                if held > 0:
-                    asleep.append(held)
         self._refill_credit(now)
         spare.sort(key=lambda item: (item[0], item[1]))
         self._spare = [pool for _, _, pool in spare]
-        self._heirs = heirs
-        self._reach = list(itertools.accumulate(pool.weight for pool in heirs))
-        for held in asleep:  # (a light tenant's pool falls asleep between its requests: its token was lost)
-            self._return(held, now)
         rejections, self._rejections = self.rejections - self._rejections, self.rejections
         quiet = math.fsum(demands.values()) < tenancy.open_below * available and not rejections and \
             not any(pool.gate.waiters or pool.gate.schedule.holders for pool in pools)  # fmt: skip

@@ -21,16 +21,12 @@ A reservation given up before its place comes (its client left, or its hold was 
 a small cut) is *released*: the newest one's tokens go back to the bucket, and any other's place is
 taken by the next reservation of the same cost that it would not keep waiting too long, instead of
 a place behind the newest. Its tokens were charged once and are used once.
-
-A bucket may *spill*: the refill a full bucket cannot hold goes to :attr:`TokenPacer.spill`, if set (a
-tenants' table passes it to the pools short of tokens); otherwise it is lost, as a bucket's overflow is.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 
 from .errors import ConfigError, non_negative, positive
 
@@ -55,7 +51,7 @@ class TokenPacer:
     """
 
     __slots__ = ("_axis", "_axis_at", "_burst", "_epoch_rate", "_floor", "_newest", "_rate", "_released", "_tokens",
-                 "_until", "_updated", "asked", "epoch", "spill", "taken")  # fmt: skip
+                 "_until", "_updated", "asked", "epoch", "taken")  # fmt: skip
 
     def __init__(self, rate: float, burst: float, *, now: float = 0.0, max_debt: float | None = None) -> None:
         self._rate = positive("rate", rate)
@@ -72,9 +68,6 @@ class TokenPacer:
         self._epoch_rate = self._rate  # the highest rate since the epoch began
         self.taken = 0  #: successful try_take calls (admissions at once)
         self.asked = 0  #: reservations asked for, granted or not (demand for tokens beyond what was free)
-        #: where the refill goes that a full bucket cannot hold: ``spill(tokens, now)`` (a tenants' table passes it to
-        #: pools short of tokens), or None: lost, as a bucket's overflow is
-        self.spill: Callable[[float, float], None] | None = None
 
     @property
     def rate(self) -> float:
@@ -96,13 +89,7 @@ class TokenPacer:
         if now > self._updated:
             end = now if now < self._until else self._until
             if end > self._updated:
-                tokens = self._tokens + (end - self._updated) * self._rate
-                if tokens > self._burst:
-                    if self.spill is not None:
-                        self._tokens, self._updated = self._burst, now  # (first: a spill may read this bucket)
-                        self.spill(tokens - self._burst, now)
-                    tokens = self._burst
-                self._tokens = tokens
+                self._tokens = min(self._burst, self._tokens + (end - self._updated) * self._rate)
             self._updated = now
         return self._tokens
 
@@ -167,9 +154,6 @@ class TokenPacer:
         if now < self._until:
             tokens += (now - self._updated) * self._rate
             if tokens > self._burst:
-                if self.spill is not None and now > self._updated:
-                    self._tokens, self._updated = self._burst, now  # (first: a spill may read this bucket)
-                    self.spill(tokens - self._burst, now)
                 tokens = self._burst
             self._updated = now
         elif now > self._updated:  # beyond a shared budget's grant: the refill stopped at its end
