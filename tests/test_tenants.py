@@ -1073,6 +1073,25 @@ def test_tenants_established_together_beside_a_busy_one_are_measured_over_what_t
     assert all(per[second] >= 70 for second in range(4, 10)), per
 
 
+def test_light_tenants_keep_their_pools_between_their_requests_and_are_served_after_mu_is_cut() -> None:
+    """Fifty tenants asking once every 2 s beside one asking 300/s; μ falls from 100 to 25/s at 10 s, back at 20 s.
+    The light tenants ask all of the 25/s, and max-min gives it them. A tenant asking less often than a fall is
+    judged over keeps asking one period's cost per period: judged over the last three intervals alone, each pool
+    slept between its requests and woke to no rate, nobody could lend it one (the busy pool was at its
+    entitlement), and the table admitted 1-3 requests a second (found in review)."""
+
+    class Cut:
+        def rate(self, now: float) -> float:
+            return 25.0 if 10.0 <= now < 20.0 else 100.0
+
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(Cut(), Settings(tarpit=0.0, burst=10.0, growth=0.0)))
+    arrivals = [(k / 300.0, "busy") for k in range(22 * 300)]
+    for i in range(50):
+        arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(11)]
+    per = Counter(int(t) for t in _admissions(tenants, arrivals))
+    assert all(per[second] >= 15 for second in range(11, 20)), per
+
+
 def test_light_tenants_waking_take_their_rate_from_a_busy_one_without_cutting_it_into_a_new_epoch() -> None:
     """Sixty light tenants wake together beside a busy one at all of 100/s: each takes its rate from the busy pool,
     down to its entitlement but never below half its epoch's rate (a deeper cut starts a new epoch: its holds, the

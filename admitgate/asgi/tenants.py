@@ -268,8 +268,8 @@ def _rates(counts: deque[float], spans: deque[float], interval: float) -> tuple[
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "rejected", "seen", "share", "spans",
-                 "take", "use", "weight")  # fmt: skip
+    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "last", "name", "period", "rejected", "seen",
+                 "share", "spans", "take", "use", "weight")  # fmt: skip
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -279,6 +279,8 @@ class Pool:
         self.demand = 0.0  #: requests/s asked, as of the last reallocation
         self.rejected = 0  #: rejections so far
         self.seen = -math.inf  #: the last reallocation that found it had asked, seconds
+        self.period = 0.0  #: seconds between the reallocations that found it had asked (a moving average; 0: not known)
+        self.last = 0.0  #: the cost it had asked at the last of them
         self.awake = False  #: it has asked since it was last idle at a reallocation
         self.counts: deque[float] = deque(maxlen=HISTORY)  #: cost asked between each of the last reallocations
         self.spans: deque[float] = deque(maxlen=HISTORY)  #: and their lengths, seconds
@@ -755,7 +757,10 @@ class Tenants:
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
             if pool.asked:
-                pool.seen = now
+                if pool.seen > -math.inf:
+                    gap = now - pool.seen
+                    pool.period = gap if not pool.period else pool.period + SMOOTHING * (gap - pool.period)
+                pool.seen, pool.last = now, pool.asked
             pool.counts.append(pool.asked)
             pool.spans.append(elapsed)
             asked, span = _rates(pool.counts, pool.spans, tenancy.interval)
@@ -765,6 +770,13 @@ class Tenants:
                 pool.demand = span
             else:
                 pool.demand += SMOOTHING * ((asked if span is None else span) - pool.demand)
+            # A tenant asking less often than a fall is judged over (a request every few seconds) asks what it asks
+            # per its period until a period and a half has passed without it: judged over SPAN intervals alone, its
+            # pool slept between its requests and woke to no rate, and where μ was cut so that nobody could lend it
+            # one, fifty of them beside a busy one were served 1-3 requests a second of 25.
+            period = pool.period
+            if period > SPAN * tenancy.interval and now - pool.seen <= 1.5 * period:
+                pool.demand = max(pool.demand, pool.last / period)
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0
