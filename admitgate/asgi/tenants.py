@@ -74,6 +74,9 @@ GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 #: A pool that wakes up to find its share held by the others has the shares recomputed within this fraction
 #: of the interval (so at most 1/EARLY reallocations per interval, however many pools wake).
 EARLY = 0.1
+#: A pool asking less often than every ``SPAN`` intervals keeps a token per period (its period between requests)
+#: until this many periods pass without it asking (see :meth:`Tenants.rebalance`).
+PERIODS = 1.5
 #: A weight is a number in (0, MAX_WEIGHT].
 MAX_WEIGHT = 1e6
 #: Critical traffic never leaves less than this share of the capacity to divide among tenants.
@@ -268,8 +271,8 @@ def _rates(counts: deque[float], spans: deque[float], interval: float) -> tuple[
 class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
-    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "last", "name", "period", "rejected", "seen",
-                 "share", "spans", "take", "use", "weight")  # fmt: skip
+    __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "period", "rejected", "seen", "share",
+                 "spans", "take", "use", "weight")  # fmt: skip
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -280,7 +283,6 @@ class Pool:
         self.rejected = 0  #: rejections so far
         self.seen = -math.inf  #: the last reallocation that found it had asked, seconds
         self.period = 0.0  #: seconds between the reallocations that found it had asked (a moving average; 0: not known)
-        self.last = 0.0  #: the cost it had asked at the last of them
         self.awake = False  #: it has asked since it was last idle at a reallocation
         self.counts: deque[float] = deque(maxlen=HISTORY)  #: cost asked between each of the last reallocations
         self.spans: deque[float] = deque(maxlen=HISTORY)  #: and their lengths, seconds
@@ -383,11 +385,12 @@ class Tenants:
             pool.rejected += 1
             self.rejections += 1
             root.stats.overflow += stats.overflow - overflow  # counted with the root's, as pacing is (metrics)
-            if pool.demand < pool.share.value * pool.share.scale:
-                # It turns clients away below the demand it was measured at: its demand has surged since (a herd
-                # landing on it). Measure it again soon, not up to a whole interval from now: until then it
+            if pool.demand <= pool.share.value * pool.share.scale * (1.0 + 1e-9):
+                # It turns clients away at or below the demand it was measured at: its demand has surged since (a
+                # herd landing on it). Measure it again soon, not up to a whole interval from now: until then it
                 # keeps the rate of its old demand (a herd's tenant woke at a third of the capacity, beside the
-                # newcomers' pool and a small tenant, and held the first wave at that rate).
+                # newcomers' pool and a small tenant, and held the first wave at that rate; a pool kept awake at a
+                # token per period, given exactly what it asks, waited for the regular reallocation).
                 self.next_rebalance = min(self.next_rebalance, max(now, self._last + self.tenancy.interval * EARLY))
         return dataclasses.replace(decision, pool=pool.gate) if decision.delay else decision
 
@@ -721,7 +724,8 @@ class Tenants:
         Each asking pool is given its fair share of the measured demands, and what they leave (when they
         ask for less than the capacity) is divided among them by weight: these rates sum to the capacity as of
         the reallocation (between reallocations each follows it in proportion, see :class:`Share`).
-        Idle pools keep a rate of ``MIN_RATE`` until they ask. (A pool given what it asks was given room to
+        Idle pools keep a rate of ``MIN_RATE`` until they ask (a pool asking every few seconds is not idle between:
+        it keeps a token per period). (A pool given what it asks was given room to
         grow, up to ``demand × SLACK + 1``, taken from nobody: the rates summed to more than the capacity, and
         sixty light tenants woken together beside a busy one, each held for its room, were admitted 26 requests
         beyond rate·t + burst; found in review. A pool's share grows at the next reallocation, or sooner: see
@@ -760,7 +764,7 @@ class Tenants:
                 if pool.seen > -math.inf:
                     gap = now - pool.seen
                     pool.period = gap if not pool.period else pool.period + SMOOTHING * (gap - pool.period)
-                pool.seen, pool.last = now, pool.asked
+                pool.seen = now
             pool.counts.append(pool.asked)
             pool.spans.append(elapsed)
             asked, span = _rates(pool.counts, pool.spans, tenancy.interval)
@@ -770,13 +774,14 @@ class Tenants:
                 pool.demand = span
             else:
                 pool.demand += SMOOTHING * ((asked if span is None else span) - pool.demand)
-            # A tenant asking less often than a fall is judged over (a request every few seconds) asks what it asks
-            # per its period until a period and a half has passed without it: judged over SPAN intervals alone, its
-            # pool slept between its requests and woke to no rate, and where μ was cut so that nobody could lend it
-            # one, fifty of them beside a busy one were served 1-3 requests a second of 25.
+            # A tenant asking less often than a fall is judged over (a request every few seconds) keeps a token per
+            # period until a period and a half has passed without it: judged over SPAN intervals alone, its pool
+            # slept between its requests and woke to no rate, and where μ was cut so that nobody could lend it one,
+            # fifty of them beside a busy one were served 1-3 requests a second of 25. A token, not what it asked
+            # last: a tenant that sent a burst of 300 and stopped held half of 100/s unused for 1.5 periods (review).
             period = pool.period
-            if period > SPAN * tenancy.interval and now - pool.seen <= 1.5 * period:
-                pool.demand = max(pool.demand, pool.last / period)
+            if period > SPAN * tenancy.interval and now - pool.seen <= PERIODS * period:
+                pool.demand = max(pool.demand, 1.0 / period)
             if pool.asked and pool.name is not NEWCOMERS:
                 self._pools.put(pool.name, pool, now + tenancy.idle, now)
             pool.asked = 0.0
