@@ -1026,18 +1026,22 @@ def test_one_request_just_after_a_reallocation_is_not_measured_as_a_surge() -> N
 @pytest.mark.parametrize(
     ("counts", "spans", "expected"),
     [
-        ([5.0, 5.0, 1.0], [0.5, 0.5, 0.05], (6.0 / 0.55, None)),  # one in 0.05 s: over the interval before too
-        ([0.0] * 40 + [1.0], [0.05] * 41, (1.0 / 0.55, 1.0 / 1.5)),  # every tenth: back to 0.5 s and to 1.5 s
-        ([1.0], [0.05], (20.0, None)),  # a new pool: what it has (no fall judged from it)
-        ([30.0, 30.0, 30.0, 30.0], [0.5] * 4, (60.0, 60.0)),
+        ([5.0, 5.0, 1.0], [0.5, 0.5, 0.05], (6.0 / 0.55, None, False)),  # one in 0.05 s: the interval before too
+        ([0.0] * 40 + [1.0], [0.05] * 41, (1.0 / 0.55, 1.0 / 1.5, True)),  # every tenth: back to 0.5 s and 1.5 s
+        ([1.0], [0.05], (20.0, None, False)),  # a new pool: what it has (no fall judged from it)
+        ([30.0, 30.0, 30.0, 30.0], [0.5] * 4, (60.0, 60.0, False)),
+        ([0.0, 0.0, 0.0, 1.0], [0.5] * 4, (2.0, 1.0 / 1.5, True)),  # one request in 1.5 s: lone
+        ([0.0, 1.0, 0.0, 1.0], [0.5] * 4, (2.0, 2.0 / 1.5, False)),  # two: a rate
+        ([0.0, 0.0, 0.0, 3.0], [0.5] * 4, (6.0, 3.0 / 1.5, False)),  # three at once: a rate
     ],
 )
 def test_what_a_pool_asked_is_measured_back_to_an_interval_and_to_span_intervals(
-    counts: list[float], spans: list[float], expected: tuple[float, float | None]
+    counts: list[float], spans: list[float], expected: tuple[float, float | None, bool]
 ) -> None:
-    recent, span = _rates(deque(counts, maxlen=HISTORY), deque(spans, maxlen=HISTORY), 0.5)
+    recent, span, lone = _rates(deque(counts, maxlen=HISTORY), deque(spans, maxlen=HISTORY), 0.5)
     assert recent == pytest.approx(expected[0])
     assert span == (None if expected[1] is None else pytest.approx(expected[1]))
+    assert lone is expected[2]
 
 
 def test_a_busy_tenant_loses_nothing_to_holds_a_small_cut_turns_away() -> None:
@@ -1092,6 +1096,20 @@ def test_light_tenants_keep_their_pools_between_their_requests_and_are_served_af
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(11)]
     per = Counter(int(t) for t in _admissions(tenants, arrivals))
     assert all(per[second] >= 15 for second in range(11, 20)), per
+
+
+def test_light_tenants_each_asking_once_in_a_while_leave_the_rest_of_the_capacity_to_a_busy_one() -> None:
+    """Fifty tenants asking once every 2 s (25/s together) beside one asking 300/s of 100/s: max-min gives the light
+    ones what they ask and the busy one the rest, so the table admits the capacity. One request alone in the
+    intervals a fall is judged over is no surge: believed, each light pool was measured at 2/s in the interval it
+    asked and at 0.67/s in the two after, given 0.96/s on average for its 0.5/s, and the table admitted 78 a
+    second, the rest of the capacity held for nobody."""
+    tenants = table(rate=100.0)
+    arrivals = [(k / 300.0, "busy") for k in range(20 * 300)]
+    for i in range(50):
+        arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(10)]
+    times = _admissions(tenants, arrivals)
+    assert sum(8.0 <= t < 20.0 for t in times) >= 0.875 * 100 * 12
 
 
 def _obeying(tenants: Tenants, clients: list[tuple[float, str, bool]], end: float) -> tuple[list[tuple[float, str]],
