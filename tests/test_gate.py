@@ -1,6 +1,7 @@
 """The gate's one admission sequence (admit, end_hold) on an injected clock."""
 
 import heapq
+import itertools
 import logging
 import math
 from collections import Counter
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
 from admitgate.core.gate import COLLAPSE, RECHECK, ROOM_WAIT, Decision, Gate, Verdict
+from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.limit.capacity import LiveCapacity, StaticCapacity
 from admitgate.limit.estimators import Static
@@ -814,3 +816,51 @@ def test_a_released_place_is_not_taken_by_a_class_that_must_leave_a_reserve() ->
     assert g.end_hold(held[4], 0.01, gone=True) is None  # its place, due at 0.5 s, released
     assert g.admit(1.0, sheddable, 0.01, lambda: "s1").verdict is Verdict.REJECT
     assert g.admit(1.0, DEFAULT, 0.02, lambda: "d-late").verdict is Verdict.PACE
+
+
+def _guarded(guard_rate: float, guard_burst: float) -> tuple[Gate, TokenPacer]:
+    """A gate of 100/s (burst 10) whose admissions are also bounded by a guard bucket (a tenants' pool's)."""
+    gate = Gate(100.0, Settings(tarpit=0.0, burst=10.0))
+    guard = TokenPacer(guard_rate, guard_burst, now=0.0, max_debt=100.0)
+    gate.guard = guard
+    return gate, guard
+
+
+def _settle(gate: Gate, decisions: list[Decision]) -> list[float]:
+    """End each hold when it ends, as the middleware does: the times the requests went in."""
+    wakes = [(d.delay, i, d) for i, d in enumerate(decisions) if d.delay]
+    times = [0.0 for d in decisions if d.verdict is Verdict.ADMIT and not d.delay]
+    heapq.heapify(wakes)
+    while wakes:
+        at, i, d = heapq.heappop(wakes)
+        after = gate.end_hold(d, at)
+        assert after is not None and after.verdict is not Verdict.REJECT
+        if after.delay:
+            heapq.heappush(wakes, (at + after.delay, i, after))
+        else:
+            times.append(at)
+    return sorted(times)
+
+
+def test_a_guarded_gate_admits_no_more_than_its_guard_holds_and_lets_the_rest_in_at_its_rate() -> None:
+    """The gate's own bucket holds 10 tokens, the guard 2 (refilling at 20/s): 2 go in at once, the other 8 are
+    held, charged to the guard as their tokens come due, and go in one every 1/20 s, in turn."""
+    gate, guard = _guarded(20.0, 2.0)
+    decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(10)]
+    assert sum(d.verdict is Verdict.ADMIT and not d.delay for d in decisions) == 2
+    times = _settle(gate, decisions)
+    assert len(times) == 10
+    assert times[2:] == pytest.approx([k / 20.0 for k in range(1, 9)], abs=ROOM_WAIT + 1e-6)
+    assert all(b - a >= 1 / 20.0 - 1e-6 for a, b in itertools.pairwise(times[2:]))  # never two on one guard token
+    assert guard.tokens(times[-1]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_held_request_charged_to_the_guard_gives_its_token_back_when_its_client_goes() -> None:
+    gate, guard = _guarded(20.0, 1.0)
+    first, second, third = (gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(3))
+    assert first.verdict is Verdict.ADMIT and second.delay and third.delay
+    second = gate.end_hold(second, second.delay)  # its token is due: charged to the guard, held for the guard's
+    assert second is not None and second.charged and second.delay > 0
+    before = guard.tokens(0.03)
+    assert gate.end_hold(second, 0.03, gone=True) is None
+    assert guard.tokens(0.03) == pytest.approx(before + 1.0)

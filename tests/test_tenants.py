@@ -841,7 +841,10 @@ def test_a_waking_tenant_takes_back_only_what_the_others_do_not_use_in_requests_
 def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_refresh_it() -> None:
     """A herd held at once in its tenant's pool is decided again only at its wake-ups, which the pool's gate
     ends (refreshing its rate), and its rate follows the root's. The root was refreshed only by a new request:
-    μ doubled, and the herd went in at the first μ to its last hold (0.5 s where 0.3 s does)."""
+    μ doubled, and the herd went in at the first μ to its last hold (0.5 s where 0.3 s does). The holds sleep past
+    their tokens (due sooner at the risen rate) to the next look (0.25 s), and the replica's bucket, full meanwhile,
+    lets in its burst at once and the rest at μ: 0.33 s. (Without that bucket the pool let in all it owed at once,
+    and 0.3 s was exact.)"""
 
     source = Rate(100.0)
     root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=1.0, refresh_interval=0.1))
@@ -863,7 +866,7 @@ def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_
             assert after.verdict is Verdict.ADMIT
             last = max(last, at)
     assert root.pacer.rate == 200.0
-    assert last == pytest.approx(0.1 + 40 / 200)  # read at the wake-up at 0.1 s: where it slept to 0.5
+    assert last <= 0.1 + 40 / 200 + 0.035  # read at the wake-up at 0.1 s: where it slept to 0.5
 
 
 def test_a_tenant_established_while_the_capacity_is_idle_is_not_turned_away() -> None:
@@ -1109,7 +1112,22 @@ def test_light_tenants_each_asking_once_in_a_while_leave_the_rest_of_the_capacit
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(10)]
     times = _admissions(tenants, arrivals)
-    assert sum(8.0 <= t < 20.0 for t in times) >= 0.875 * 100 * 12
+    assert sum(8.0 <= t < 20.0 for t in times) >= 0.9 * 100 * 12
+    assert _beyond(times, 100.0) <= 10.0 + 1.0  # (the burst of 10 the table's default gate has)
+
+
+@pytest.mark.parametrize(("light", "busy", "period"), [(20, 90.0, 4.0), (120, 90.0, 4.0), (60, 120.0, 1.0)])
+def test_light_tenants_coming_back_in_turn_are_admitted_within_the_one_bucket(light: int, busy: float,
+                                                                               period: float) -> None:  # fmt: skip
+    """Light tenants each asking once every ``period`` beside a busy one keep their pools awake between their
+    requests, each with a bucket of at least one token: the pools' buckets held more between them than the
+    replica's burst, and what they admitted ran beyond rate·t + burst by about a request per light tenant (120
+    with 120 of them; found in review). Every admission is charged to the replica's bucket too (Gate.guard)."""
+    arrivals = [(k / busy, "busy") for k in range(int(20 * busy))]
+    for i in range(light):
+        arrivals += [(1.0 + i * 0.01 + k * period, f"l{i}") for k in range(int(19 / period))]
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
 def _obeying(tenants: Tenants, clients: list[tuple[float, str, bool]], end: float) -> tuple[list[tuple[float, str]],

@@ -111,6 +111,7 @@ class Decision:
     since: float = 0.0  # PACE: when the hold began
     until: float = 0.0  # PACE: when the wait it was given ends (its wake-ups before then only bring it in sooner)
     pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
+    charged: bool = False  # PACE: its token came due, and the replica's bucket (Gate.guard) is charged: in at ``until``
 
 
 ADMITTED = Decision(Verdict.ADMIT)
@@ -222,6 +223,10 @@ class Gate:
         self.bound: Probes | None = self.probes if self.probes is not None and self.probes.floor is not None else None
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
+        #: in a tenants' pool, the replica's bucket (at μ, with the replica's burst), charged for every admission in
+        #: every pool, which admits nothing while it has not the request's tokens: the pools' buckets, each at least
+        #: a token, may hold more between them than the replica's burst (see :meth:`_shut`). None elsewhere.
+        self.guard: TokenPacer | None = None
         self.waiters = 0  #: requests held by pacing now
         #: a hold a small rate cut turns away gives its place to the next request held (a tenant's pool, whose cuts
         #: are the shares moving, not the capacity falling; see :meth:`end_hold`)
@@ -415,8 +420,11 @@ class Gate:
             stats.critical += 1
             return ADMITTED
         keep = priority.reserve * pacer.burst
-        bound = self.bound
-        if (bound is None or bound.inflight - bound.answered < bound.limit) and pacer.try_take(cost, now, keep):
+        bound, guard = self.bound, self.guard
+        if (bound is None or bound.inflight - bound.answered < bound.limit) and (guard is None or guard.tokens(now)
+                + guard.rate * DUE_SLACK >= cost) and pacer.try_take(cost, now, keep):  # fmt: skip
+            if guard is not None:
+                guard.charge(cost, now)
             if schedule.book:  # someone holds a place: if it is this client, it got in early
                 key = identify()
                 place = schedule.forget(key, now) if key is not None else None
@@ -495,15 +503,17 @@ class Gate:
         schedule.forget(key, now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
-        return self._pace(wait, now, key, cost, keep, None, token, now) if wait > DUE_SLACK or self.full else ADMITTED
+        if wait > DUE_SLACK or self._shut(cost, now):
+            return self._pace(wait, now, key, cost, keep, None, token, now)
+        return self._let_in(cost, now)
 
     def _pace(self, wait: float, now: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
         """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
         request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
-        began. A token due but no room in flight: held for room (see :meth:`_in`) within ``max_pacing_delay``,
+        began. A token due but no room (see :meth:`_shut`): held for room (see :meth:`_in`) within ``max_pacing_delay``,
         and with no window at all (0: pacing off) turned away at once as :meth:`_in` turns a hold away."""
-        room = token is not None and wait <= DUE_SLACK and self.full  # its token is due, but there is no room
+        room = token is not None and wait <= DUE_SLACK and self._shut(cost, now)  # its token is due, but no room
         if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
             self.pacer.give(cost, now)
             return self._reject(key, (self.schedule.head(now), cost, now), now, early=False)
@@ -517,7 +527,7 @@ class Gate:
         delay = min(wait, self.recheck)
         if room:
             delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
-        elif delay <= DUE_SLACK and self.full:  # (a returner whose window ends before its place is due)
+        elif delay <= DUE_SLACK and self._shut(cost, now):  # (a returner whose window ends before its place is due)
             delay = ROOM_WAIT
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
                         since, now + wait)  # fmt: skip
@@ -529,13 +539,38 @@ class Gate:
         bound = self.bound
         return bound is not None and bound.inflight - bound.answered >= bound.limit
 
+    def _shut(self, cost: float, now: float) -> bool:
+        """Nothing goes in now: the in-flight limit is reached (:attr:`full`), or in a tenants' pool the replica's
+        bucket (:attr:`guard`) has not ``cost`` tokens."""
+        guard = self.guard
+        return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK < cost)  # (rounding)
+
+    def _let_in(self, cost: float, now: float) -> Decision:
+        """A request goes in: charged to the replica's bucket too, in a tenants' pool (see :attr:`guard`)."""
+        if self.guard is not None:
+            self.guard.charge(cost, now)
+        return ADMITTED
+
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
-        """A hold whose token (of the current epoch) is due: in if there is room in flight; else held on for room
-        while its hold stays within ``max_pacing_delay``, or placed at the head of the schedule, its token given
-        back to the bucket (up to its size: a token due and unclaimed is a token in the bucket, so the bound
-        ``rate·t + burst`` holds; left unused, every hold the limit turned away was capacity lost for good)."""
-        if not self.full:
-            return ADMITTED
+        """A hold whose token (of the current epoch) is due: in if there is room (in flight, and in a tenants' pool
+        a token in the replica's bucket, :attr:`guard`); else held on for room while its hold stays within
+        ``max_pacing_delay`` (for the replica's bucket: charged to it now, in when the tokens it stands behind are
+        refilled), or placed at the head of the schedule, its token given back to the bucket (up to its size: a
+        token due and unclaimed is a token in the bucket, so the bound ``rate·t + burst`` holds; left unused, every
+        hold the limit turned away was capacity lost for good)."""
+        if not self._shut(decision.cost, now):
+            return self._let_in(decision.cost, now)
+        guard = self.guard
+        if guard is not None and not self.full:
+            # The replica's bucket is short (the pools spent more than μ between them): take its token now, behind
+            # the debt of those held before it, and go in when that is repaid. Held in turn; polled for, the holds
+            # lost their tokens to the requests arriving at each instant and were turned away at their windows' ends.
+            wait = (decision.cost - guard.tokens(now)) / guard.rate
+            if now - decision.since + wait <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
+                guard.charge(decision.cost, now)
+                self.waiters += 1
+                return dataclasses.replace(decision, delay=wait, token=token, epoch=self.pacer.epoch, until=now + wait,
+                                           charged=True)  # fmt: skip
         if now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
             return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
@@ -614,6 +649,9 @@ class Gate:
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
             if now >= self.next_refresh:  # (its rate follows this gate's: see admitgate.asgi.tenants.Share)
                 self.refresh(now)
+            guard = pool.guard  # (the replica's bucket, this gate's rate: see Tenants._follow)
+            if guard is not None and guard.rate != self.pacer.rate:
+                guard.set_rate(self.pacer.rate, now)
             overflow, pacer, held = pool.stats.overflow, pool.pacer, pool.schedule.holders
             seen = pacer.taken + pacer.asked
             after = pool.end_hold(decision, now, gone)
@@ -631,12 +669,19 @@ class Gate:
         current = decision.epoch == pacer.epoch
         if gone:
             self.stats.abandoned += 1
+            if decision.charged and self.guard is not None:  # (its token in the replica's bucket comes back)
+                self.guard.give(decision.cost, now)
             if token is not None and current:
                 if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
                     pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
                 else:
                     pacer.release(decision.cost, now, token)
             return None
+        if decision.charged:  # (its own token came due before; the replica's is taken: in at the end of the wait)
+            if now < decision.until - DUE_SLACK:
+                self.waiters += 1
+                return dataclasses.replace(decision, delay=decision.until - now)
+            return ADMITTED
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
         if token is None:  # a returning client held for its place
