@@ -1106,13 +1106,14 @@ def test_light_tenants_each_asking_once_in_a_while_leave_the_rest_of_the_capacit
     ones what they ask and the busy one the rest, so the table admits the capacity. One request alone in the
     intervals a fall is judged over is no surge: believed, each light pool was measured at 2/s in the interval it
     asked and at 0.67/s in the two after, given 0.96/s on average for its 0.5/s, and the table admitted 78 a
-    second, the rest of the capacity held for nobody."""
+    second, the rest of the capacity held for nobody (94.7 with the rule, 98.5 since the pools' admissions are
+    bounded by the replica's bucket and held light requests are no exception to it)."""
     tenants = table(rate=100.0)
     arrivals = [(k / 300.0, "busy") for k in range(20 * 300)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(10)]
     times = _admissions(tenants, arrivals)
-    assert sum(8.0 <= t < 20.0 for t in times) >= 0.9 * 100 * 12
+    assert sum(8.0 <= t < 20.0 for t in times) >= 0.96 * 100 * 12
     assert _beyond(times, 100.0) <= 10.0 + 1.0  # (the burst of 10 the table's default gate has)
 
 

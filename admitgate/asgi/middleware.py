@@ -168,6 +168,8 @@ class AdmitGate:
         self.backend = backend
         if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
             backend.attach(self.gate, self.gate.static_rate, clock)
+            if self.tenants is not None:  # (the lease bounds the replica: the pools need no bucket of its own)
+                self.tenants.follow(clock())
         self._tally_on = metrics is not None
         # Nothing to do around an admitted request but call the app: one check on the admit path, not three.
         self._bare = not self._tally_on and not self._on_admit and self._probes is None

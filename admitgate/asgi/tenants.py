@@ -370,7 +370,7 @@ class Tenants:
         root = self.root
         if now >= root.next_refresh:
             root.refresh(now)
-            self._follow(now)
+            self.follow(now)
         if priority.critical:  # (charged first: the pools' shares are what it leaves, and so is the replica's bucket)
             if self._guard is not None:
                 self._guard.charge(cost, now)
@@ -436,7 +436,10 @@ class Tenants:
         refilled while the pools admitted, keeps only what their buckets have left (as they keep only their parts
         of its own when it closes: the tokens pass from one to the other, and the bound stands)."""
         root = self.root
-        root.pacer.cap(math.fsum(max(0.0, pool.gate.pacer.tokens(now)) for pool in pools), now)
+        held = math.fsum(max(0.0, pool.gate.pacer.tokens(now)) for pool in pools)
+        if self._guard is not None:  # (and never more than the replica's bucket the pools were charged to holds)
+            held = min(held, max(0.0, self._guard.tokens(now)))
+        root.pacer.cap(held, now)
         # The replica's own λ_new counts the tenants' new requests from now (a shared budget reads both: left,
         # the pools' stood beside it, counted twice for as long as the table stayed open).
         root.new_below = 0.0
@@ -728,9 +731,11 @@ class Tenants:
         and a tenant waking then has its first request held for less than one token's time at its rate."""
         self._credit.set_rate(max(MIN_RATE, self._available - self._assigned), now)
 
-    def _follow(self, now: float) -> None:
-        """The replica's bucket (``_guard``) refills at μ now, with the replica's burst; with a shared budget there is
-        none (the lease bounds the replica, and the pools keep their shares until the next reallocation)."""
+    def follow(self, now: float) -> None:
+        """The replica's bucket (``_guard``) refills at μ now, with the replica's burst (its debt, the holds reserved
+        on it, stands: a rate cut starts no epoch there); with a shared budget there is none (the lease bounds the
+        replica, and the pools keep their shares until the next reallocation). Called as the root refreshes, and by
+        the middleware once a shared budget is attached."""
         guard, pacer = self._guard, self.root.pacer
         if guard is None:
             return
@@ -740,7 +745,7 @@ class Tenants:
                 pool.gate.guard = None
             return
         if guard.rate != pacer.rate:
-            guard.set_rate(pacer.rate, now)
+            guard.set_grant(pacer.rate, now)
         if guard.burst != pacer.burst:
             guard.set_burst(pacer.burst, now)
 
@@ -787,7 +792,7 @@ class Tenants:
                 if pool.awake:
                     self._pools.put(pool.name, pool, now + tenancy.idle, now)
             return
-        self._follow(now)
+        self.follow(now)
         mu = self._mu = root.pacer.rate
         available = self._available = max(mu - critical, mu * MIN_SHARE)
         if self._credit.burst != root.pacer.burst:

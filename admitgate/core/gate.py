@@ -111,7 +111,9 @@ class Decision:
     since: float = 0.0  # PACE: when the hold began
     until: float = 0.0  # PACE: when the wait it was given ends (its wake-ups before then only bring it in sooner)
     pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
-    charged: bool = False  # PACE: its token came due, and the replica's bucket (Gate.guard) is charged: in at ``until``
+    #: PACE: its own token came due while the replica's bucket (Gate.guard) was short: its token's place there,
+    #: reserved then (in once it is due, at the rate in force; given up if its client goes)
+    guard: float | None = None
 
 
 ADMITTED = Decision(Verdict.ADMIT)
@@ -561,16 +563,17 @@ class Gate:
         if not self._shut(decision.cost, now):
             return self._let_in(decision.cost, now)
         guard = self.guard
-        if guard is not None and not self.full:
-            # The replica's bucket is short (the pools spent more than μ between them): take its token now, behind
-            # the debt of those held before it, and go in when that is repaid. Held in turn; polled for, the holds
-            # lost their tokens to the requests arriving at each instant and were turned away at their windows' ends.
-            wait = (decision.cost - guard.tokens(now)) / guard.rate
-            if now - decision.since + wait <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
-                guard.charge(decision.cost, now)
+        if guard is not None and not self.full and self.waiters < self.max_waiters:
+            # The replica's bucket is short (the pools spent more than μ between them): reserve its token there,
+            # behind those held before it, and go in when it is due. Held in turn; polled for, the holds lost their
+            # tokens to the requests arriving at each instant and were turned away at their windows' ends.
+            left = max(0.0, self.max_pacing_delay + DUE_SLACK - (now - decision.since))
+            place = guard.reserve(decision.cost, now, left)
+            if place is not None:
                 self.waiters += 1
-                return dataclasses.replace(decision, delay=wait, token=token, epoch=self.pacer.epoch, until=now + wait,
-                                           charged=True)  # fmt: skip
+                due = guard.due_in(place, now)
+                return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=self.pacer.epoch,
+                                           until=now + due, guard=place)  # fmt: skip
         if now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
             self.waiters += 1
             return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
@@ -649,9 +652,9 @@ class Gate:
         if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
             if now >= self.next_refresh:  # (its rate follows this gate's: see admitgate.asgi.tenants.Share)
                 self.refresh(now)
-            guard = pool.guard  # (the replica's bucket, this gate's rate: see Tenants._follow)
-            if guard is not None and guard.rate != self.pacer.rate:
-                guard.set_rate(self.pacer.rate, now)
+            guard = pool.guard  # (the replica's bucket, at this gate's rate: see Tenants.follow)
+            if guard is not None and guard.rate != self.pacer.rate and self.backend is None:
+                guard.set_grant(self.pacer.rate, now)
             overflow, pacer, held = pool.stats.overflow, pool.pacer, pool.schedule.holders
             seen = pacer.taken + pacer.asked
             after = pool.end_hold(decision, now, gone)
@@ -669,18 +672,19 @@ class Gate:
         current = decision.epoch == pacer.epoch
         if gone:
             self.stats.abandoned += 1
-            if decision.charged and self.guard is not None:  # (its token in the replica's bucket comes back)
-                self.guard.give(decision.cost, now)
+            if decision.guard is not None and self.guard is not None:  # (its place in the replica's bucket: given up)
+                self.guard.release(decision.cost, now, decision.guard)
             if token is not None and current:
                 if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
                     pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
                 else:
                     pacer.release(decision.cost, now, token)
             return None
-        if decision.charged:  # (its own token came due before; the replica's is taken: in at the end of the wait)
-            if now < decision.until - DUE_SLACK:
+        if decision.guard is not None and self.guard is not None:  # (its own token came due before: the replica's)
+            due = self.guard.due_in(decision.guard, now)
+            if due > DUE_SLACK:
                 self.waiters += 1
-                return dataclasses.replace(decision, delay=decision.until - now)
+                return dataclasses.replace(decision, delay=min(due, self.recheck), until=now + due)
             return ADMITTED
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
