@@ -862,10 +862,10 @@ def test_a_held_request_whose_client_goes_gives_up_its_place_in_the_guard_to_the
     found in review, 15.9 beyond rate·t + burst)."""
     gate, guard = _guarded(20.0, 1.0)
     decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(4)]
-    assert decisions[0].verdict is Verdict.ADMIT and all(d.delay for d in decisions[1:])
-    held = [gate.end_hold(d, d.delay) for d in decisions[1:]]  # their tokens are due: places in the guard, in turn
-    assert all(h is not None and h.guard is not None and h.delay > 0 for h in held)
-    places = [h.guard for h in held if h is not None]
+    assert decisions[0].verdict is Verdict.ADMIT
+    held = decisions[1:]  # their own tokens free, the guard's not: places in the guard, in turn
+    assert all(h.verdict is Verdict.PACE and h.guard is not None and h.delay > 0 for h in held)
+    places = [h.guard for h in held]
     assert places == sorted(places) and len(set(places)) == 3
     now = 0.025
     tokens = guard.tokens(now)

@@ -528,7 +528,14 @@ class Gate:
                 self.probes.limited()
         delay = min(wait, self.recheck)
         if room:
-            delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
+            left = self.max_pacing_delay - (now - since)
+            guard = self.guard
+            spot = guard.reserve(cost, now, left + DUE_SLACK) if guard is not None and not self.full else None
+            if guard is not None and spot is not None:  # (the replica's bucket is short: its token there, as in _in)
+                due = guard.due_in(spot, now)
+                return Decision(Verdict.PACE, min(due, self.recheck), 0, self.schedule.rate, key, cost, keep, place,
+                                token, self.pacer.epoch, since, now + due, guard=spot)  # fmt: skip
+            delay = min(ROOM_WAIT, left)
         elif delay <= DUE_SLACK and self._shut(cost, now):  # (a returner whose window ends before its place is due)
             delay = ROOM_WAIT
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
