@@ -874,3 +874,18 @@ def test_a_held_request_whose_client_goes_gives_up_its_place_in_the_guard_to_the
     assert gate.admit(1.0, DEFAULT, now, lambda: None).verdict is Verdict.PACE  # (a newcomer: held, not let in)
     assert gate.end_hold(held[2], now, gone=True) is None  # the newest: its token comes back
     assert guard.tokens(now) == pytest.approx(tokens + 1.0)
+
+
+def test_a_request_whose_token_in_the_guard_comes_due_while_nothing_more_may_be_in_flight_waits_for_room() -> None:
+    """Its token in the replica's bucket is reserved; due when the in-flight limit is reached, it is held on for
+    room as any hold is (it kept its tokens), not let in beyond the limit."""
+    gate = bounded(100.0, floor=4.0, burst=10, tarpit=0.0)
+    gate.guard = guard = TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0)
+    first, second = (gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(2))
+    assert first.verdict is Verdict.ADMIT and second.guard is not None  # (its place in the guard: due at 0.05 s)
+    for _ in range(4):
+        gate.probes.admit(0.0)  # four in flight and none answered: the limit is reached
+    assert gate.full
+    after = gate.end_hold(second, 0.05)
+    assert after is not None and after.verdict is Verdict.PACE and after.delay == ROOM_WAIT and after.guard is not None
+    assert guard.tokens(0.05) == pytest.approx(0.0)  # (its token stays reserved)

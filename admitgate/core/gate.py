@@ -554,6 +554,10 @@ class Gate:
         guard = self.guard
         return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK < cost)  # (rounding)
 
+    def _room_left(self, decision: Decision, now: float) -> bool:
+        """A hold waiting for room may wait :data:`ROOM_WAIT` more: within its window, and a waiter's slot free."""
+        return now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters
+
     def _let_in(self, cost: float, now: float) -> Decision:
         """A request goes in: charged to the replica's bucket too, in a tenants' pool (see :attr:`guard`)."""
         if self.guard is not None:
@@ -581,7 +585,7 @@ class Gate:
                 due = guard.due_in(place, now)
                 return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=self.pacer.epoch,
                                            until=now + due, guard=place)  # fmt: skip
-        if now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters:
+        if self._room_left(decision, now):
             self.waiters += 1
             return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
         self.pacer.give(decision.cost, now)
@@ -692,7 +696,14 @@ class Gate:
             if due > DUE_SLACK:
                 self.waiters += 1
                 return dataclasses.replace(decision, delay=min(due, self.recheck), until=now + due)
-            return ADMITTED
+            if not self.full:
+                return ADMITTED
+            if self._room_left(decision, now):
+                self.waiters += 1  # (no room in flight now: held on for it, its tokens kept, as _in holds)
+                return dataclasses.replace(decision, delay=ROOM_WAIT)
+            self.guard.release(decision.cost, now, decision.guard)
+            self.pacer.give(decision.cost, now)
+            return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
         if token is None:  # a returning client held for its place
