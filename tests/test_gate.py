@@ -844,7 +844,7 @@ def _settle(gate: Gate, decisions: list[Decision]) -> list[float]:
 
 def test_a_guarded_gate_admits_no_more_than_its_guard_holds_and_lets_the_rest_in_at_its_rate() -> None:
     """The gate's own bucket holds 10 tokens, the guard 2 (refilling at 20/s): 2 go in at once, the other 8 are
-    held, charged to the guard as their tokens come due, and go in one every 1/20 s, in turn."""
+    held, their tokens reserved in the guard at once, and go in one every 1/20 s, in turn."""
     gate, guard = _guarded(20.0, 2.0)
     decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(10)]
     assert sum(d.verdict is Verdict.ADMIT and not d.delay for d in decisions) == 2
@@ -889,3 +889,41 @@ def test_a_request_whose_token_in_the_guard_comes_due_while_nothing_more_may_be_
     after = gate.end_hold(second, 0.05)
     assert after is not None and after.verdict is Verdict.PACE and after.delay == ROOM_WAIT and after.guard is not None
     assert guard.tokens(0.05) == pytest.approx(0.0)  # (its token stays reserved)
+
+
+def test_a_hold_whose_own_token_comes_due_while_the_guard_is_short_reserves_its_token_there() -> None:
+    """Held for its own bucket's token (due at 0.01 s), it finds the replica's bucket spent by the others meanwhile:
+    it reserves its token there, in turn, and goes in when that is due, not at once."""
+    gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
+    gate.guard = guard = TokenPacer(20.0, 5.0, now=0.0, max_debt=100.0)
+    assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT
+    held = gate.admit(1.0, DEFAULT, 0.0, lambda: None)
+    assert held.verdict is Verdict.PACE and held.guard is None and held.delay == pytest.approx(0.01)
+    assert guard.try_take(4.0, 0.0)  # (the other pools spend the rest)
+    after = gate.end_hold(held, 0.01)
+    assert after is not None and after.verdict is Verdict.PACE and after.guard is not None
+    assert after.delay == pytest.approx(0.05 - 0.01 * 20.0 / 20.0, abs=1e-6)  # (0.2 of a token refilled by 0.01 s)
+    final = gate.end_hold(after, 0.01 + after.delay)
+    assert final is not None and final.verdict is Verdict.ADMIT
+
+
+def test_a_request_waiting_in_the_guard_beyond_its_window_after_a_cut_is_given_a_place_instead() -> None:
+    """μ is cut while it waits for its token in the replica's bucket: that token now comes beyond its pacing window
+    (1 s). It gives the token up and is told its place, rather than held for seconds past the window."""
+    gate = Gate(100.0, Settings(tarpit=0.0, burst=10.0, max_pacing_delay=1.0))
+    gate.guard = guard = TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0)
+    decisions = [
+        gate.admit(
+            1.0,
+            DEFAULT,
+            0.0,
+            lambda: None,
+        )
+        for _ in range(10)
+    ]
+    last = decisions[-1]
+    assert last.guard is not None and guard.due_in(last.guard, 0.0) == pytest.approx(0.45)
+    guard.set_grant(2.0, 0.1)  # a cut to a tenth: its token would come 4.5 s later
+    after = gate.end_hold(last, 0.25)
+    assert after is not None and after.verdict is Verdict.REJECT and after.retry_after >= 1
+    assert guard.tokens(0.25) == pytest.approx(-9.0 + 20 * 0.1 + 2 * 0.15 + 1.0)  # (its token came back: the newest)

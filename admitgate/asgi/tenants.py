@@ -328,12 +328,12 @@ class Tenants:
         #: what pools waking (or new) are given their first tokens from (see _start): the root's burst, refilled
         #: at what no pool is assigned (see _refill_credit)
         self._credit = TokenPacer(root.pacer.rate, root.pacer.burst, now=now)
-        #: the replica's bucket while the table is closed: every pool's admissions are charged to it, and a pool admits
-        #: nothing while it has not the tokens (see Gate.guard). The pools' rates sum to μ, but their buckets, each at
-        #: least a token, may hold more between them than the replica's burst: 120 light tenants each coming back
-        #: every 4 s beside a busy one were admitted up to 120 beyond rate·t + burst (found in review). None with a
-        #: shared budget, whose lease bounds the replica.
-        debt = max(root.pacer.burst, root.pacer.rate * root.max_pacing_delay)  # (holds charged: within their windows)
+        #: the replica's bucket for the pools (and critical requests): every admission in a pool is charged to it, and
+        #: a request whose own token is free while it is short waits for its token there, in turn (see Gate.guard).
+        #: The pools' rates sum to μ, but their buckets, each at least a token, may hold more between them than the
+        #: replica's burst: light tenants coming back in turn beside a busy one were admitted up to about a request
+        #: per light tenant beyond rate·t + burst (found in review). None with a shared budget: the lease bounds it.
+        debt = max(root.pacer.burst, root.pacer.rate * root.max_pacing_delay)  # (reservations: within their windows)
         self._guard: TokenPacer | None = TokenPacer(root.pacer.rate, root.pacer.burst, now=now, max_debt=debt)
         self._round = 0  # reallocations so far (the interval the newcomers' pool's ``asked`` is of)
         self._settings = dataclasses.replace(root.settings, burst=None)

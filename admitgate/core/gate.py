@@ -112,7 +112,7 @@ class Decision:
     until: float = 0.0  # PACE: when the wait it was given ends (its wake-ups before then only bring it in sooner)
     pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
     #: PACE: its own token came due while the replica's bucket (Gate.guard) was short: its token's place there,
-    #: reserved then (in once it is due, at the rate in force; given up if its client goes)
+    #: reserved then (in once it is due at the rate in force, with room in flight, within its window; else given up)
     guard: float | None = None
 
 
@@ -226,8 +226,9 @@ class Gate:
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
         #: in a tenants' pool, the replica's bucket (at μ, with the replica's burst), charged for every admission in
-        #: every pool, which admits nothing while it has not the request's tokens: the pools' buckets, each at least
-        #: a token, may hold more between them than the replica's burst (see :meth:`_shut`). None elsewhere.
+        #: every pool: a request whose own token is free while it is short reserves its token there and goes in when
+        #: that is due (see :meth:`_shut`, :meth:`_in`). The pools' buckets, each at least a token, may hold more
+        #: between them than the replica's burst. None elsewhere.
         self.guard: TokenPacer | None = None
         self.waiters = 0  #: requests held by pacing now
         #: a hold a small rate cut turns away gives its place to the next request held (a tenant's pool, whose cuts
@@ -454,7 +455,10 @@ class Gate:
             token = pacer.reserve(cost, now, longest, keep)
             if token is not None:
                 self._clear_at = now + max(0.0, -pacer.tokens(now)) / pacer.rate
-                return self._pace(pacer.due_in(token, now), now, key, cost, keep, None, token, now)
+                wait = pacer.due_in(token, now)
+                if wait <= DUE_SLACK and not self._shut(cost, now):  # (due now: in. As a hold of no delay, it was
+                    return self._let_in(cost, now)  # served at once and never ended: its waiter counted for ever)
+                return self._pace(wait, now, key, cost, keep, None, token, now)
         # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
         # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
         start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
@@ -513,8 +517,9 @@ class Gate:
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
         """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
         request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
-        began. A token due but no room (see :meth:`_shut`): held for room (see :meth:`_in`) within ``max_pacing_delay``,
-        and with no window at all (0: pacing off) turned away at once as :meth:`_in` turns a hold away."""
+        began. A token due but no room (see :meth:`_shut`): held for room (see :meth:`_in`) within ``max_pacing_delay``
+        (short of the replica's bucket only: its token reserved there at once), and with no window at all (0: pacing
+        off) turned away at once as :meth:`_in` turns a hold away."""
         room = token is not None and wait <= DUE_SLACK and self._shut(cost, now)  # its token is due, but no room
         if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
             self.pacer.give(cost, now)
@@ -567,10 +572,10 @@ class Gate:
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
         """A hold whose token (of the current epoch) is due: in if there is room (in flight, and in a tenants' pool
         a token in the replica's bucket, :attr:`guard`); else held on for room while its hold stays within
-        ``max_pacing_delay`` (for the replica's bucket: charged to it now, in when the tokens it stands behind are
-        refilled), or placed at the head of the schedule, its token given back to the bucket (up to its size: a
-        token due and unclaimed is a token in the bucket, so the bound ``rate·t + burst`` holds; left unused, every
-        hold the limit turned away was capacity lost for good)."""
+        ``max_pacing_delay`` (for the replica's bucket: its token reserved there, in turn; see :meth:`end_hold`), or
+        placed at the head of the schedule, its token given back to the bucket (up to its size: a token due and
+        unclaimed is a token in the bucket, so the bound ``rate·t + burst`` holds; left unused, every hold the
+        limit turned away was capacity lost for good)."""
         if not self._shut(decision.cost, now):
             return self._let_in(decision.cost, now)
         guard = self.guard
@@ -603,7 +608,7 @@ class Gate:
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
         seconds = forecast(work / promise, self.growth)
-        if self.collapsed or self._level < COLLAPSE * self._peak:
+        if self._peak > 0 and self._level > 0 and (self.collapsed or self._level < COLLAPSE * self._peak):
             at_peak = work / (self._peak * promise / self._level)  # (this replica's part of it)
             # In an outage, capacity may come back at any moment. Otherwise μ stands and H does not: new arrivals
             # take μ (closed-loop clients count as new), in a spike or sustained overload, which cannot be told
@@ -693,14 +698,17 @@ class Gate:
             return None
         if decision.guard is not None and self.guard is not None:  # (its own token came due before: the replica's)
             due = self.guard.due_in(decision.guard, now)
-            if due > DUE_SLACK:
+            within = now - decision.since + due <= self.max_pacing_delay + DUE_SLACK
+            if due > DUE_SLACK and within:  # (due later than it was: μ was cut since; held on within its window)
                 self.waiters += 1
                 return dataclasses.replace(decision, delay=min(due, self.recheck), until=now + due)
-            if not self.full:
+            if due <= DUE_SLACK and not self.full:
                 return ADMITTED
-            if self._room_left(decision, now):
+            if due <= DUE_SLACK and self._room_left(decision, now):
                 self.waiters += 1  # (no room in flight now: held on for it, its tokens kept, as _in holds)
                 return dataclasses.replace(decision, delay=ROOM_WAIT)
+            # Beyond its window (μ cut while it waited, or no room in flight): its places given up, and a place at
+            # the head of the schedule instead. (Held on, a cut to a twentieth kept holds 6.5 s in a 1.5 s window.)
             self.guard.release(decision.cost, now, decision.guard)
             self.pacer.give(decision.cost, now)
             return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
