@@ -1457,3 +1457,19 @@ def test_the_root_counts_the_places_held_in_its_pools_at_every_step(herds: list[
         elif decision.verdict is Verdict.REJECT:
             heapq.heappush(events, (now + decision.retry_after, next(seq), client, name, None))
     assert root.held_below == 0
+
+
+def test_a_tenant_new_in_an_outage_is_told_its_place_and_nothing_fails() -> None:
+    """μ collapses (an outage); a key never seen before becomes a tenant and its clients are turned away. Its pool,
+    new in the outage, had no peak of H to wait the outage out at: telling its clients divided by zero, and the
+    request failed (a 500 through the middleware)."""
+    source = Rate(100.0)
+    root = Gate(source, Settings(tarpit=0.0))
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
+    Run(tenants).send("a", 0.0, 2.0, 50).go()
+    source.value = 20.0  # below a quarter of the peak: an outage
+    Run(tenants).send("a", 2.0, 2.5, 50).go()
+    assert root.collapsed
+    out = [tenants.admit(1.0, DEFAULT, 2.5 + k * 0.001, lambda k=k: ("z", k), scope("z")) for k in range(200)]
+    rejected = [d for d in out if d.verdict is Verdict.REJECT]
+    assert rejected and all(d.retry_after >= 1 for d in rejected)
