@@ -533,14 +533,12 @@ class Gate:
                 self.probes.limited()
         delay = min(wait, self.recheck)
         if room:
-            left = self.max_pacing_delay - (now - since)
-            guard = self.guard
-            spot = guard.reserve(cost, now, left + DUE_SLACK) if guard is not None and not self.full else None
-            if guard is not None and spot is not None:  # (the replica's bucket is short: its token there, as in _in)
-                due = guard.due_in(spot, now)
+            reserved = self._reserve_room(cost, now, since)
+            if reserved is not None:  # (the replica's bucket is short: its token there, as in _in)
+                spot, due = reserved
                 return Decision(Verdict.PACE, min(due, self.recheck), 0, self.schedule.rate, key, cost, keep, place,
                                 token, self.pacer.epoch, since, now + due, guard=spot)  # fmt: skip
-            delay = min(ROOM_WAIT, left)
+            delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
         elif delay <= DUE_SLACK and self._shut(cost, now):  # (a returner whose window ends before its place is due)
             delay = ROOM_WAIT
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
@@ -558,6 +556,18 @@ class Gate:
         bucket (:attr:`guard`) has not ``cost`` tokens."""
         guard = self.guard
         return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK < cost)  # (rounding)
+
+    def _reserve_room(self, cost: float, now: float, since: float) -> tuple[float, float] | None:
+        """A request whose own token is due, in a tenants' pool whose replica's bucket (:attr:`guard`) is short (the
+        pools spent more than μ between them), reserves its token there, behind those held before it: (its place,
+        seconds until it is due), if that comes within the hold's window; None otherwise, or with no such bucket, or
+        no room in flight (held in turn so; polled for, holds lost their tokens to the requests arriving at each
+        instant and were turned away at their windows' ends)."""
+        guard = self.guard
+        if guard is None or self.full:
+            return None
+        place = guard.reserve(cost, now, max(0.0, self.max_pacing_delay + DUE_SLACK - (now - since)))
+        return None if place is None else (place, guard.due_in(place, now))
 
     def _room_left(self, decision: Decision, now: float) -> bool:
         """A hold waiting for room may wait :data:`ROOM_WAIT` more: within its window, and a waiter's slot free."""
@@ -578,18 +588,12 @@ class Gate:
         limit turned away was capacity lost for good)."""
         if not self._shut(decision.cost, now):
             return self._let_in(decision.cost, now)
-        guard = self.guard
-        if guard is not None and not self.full and self.waiters < self.max_waiters:
-            # The replica's bucket is short (the pools spent more than μ between them): reserve its token there,
-            # behind those held before it, and go in when it is due. Held in turn; polled for, the holds lost their
-            # tokens to the requests arriving at each instant and were turned away at their windows' ends.
-            left = max(0.0, self.max_pacing_delay + DUE_SLACK - (now - decision.since))
-            place = guard.reserve(decision.cost, now, left)
-            if place is not None:
-                self.waiters += 1
-                due = guard.due_in(place, now)
-                return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=self.pacer.epoch,
-                                           until=now + due, guard=place)  # fmt: skip
+        reserved = self._reserve_room(decision.cost, now, decision.since) if self.waiters < self.max_waiters else None
+        if reserved is not None:
+            place, due = reserved
+            self.waiters += 1
+            return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=self.pacer.epoch,
+                                       until=now + due, guard=place)  # fmt: skip
         if self._room_left(decision, now):
             self.waiters += 1
             return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
