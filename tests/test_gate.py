@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import COLLAPSE, RECHECK, ROOM_WAIT, Decision, Gate, Verdict
+from admitgate.core.gate import ADMITTED, COLLAPSE, RECHECK, ROOM_WAIT, Decision, Gate, Verdict
 from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.limit.capacity import LiveCapacity, StaticCapacity
@@ -927,3 +927,31 @@ def test_a_request_waiting_in_the_guard_beyond_its_window_after_a_cut_is_given_a
     after = gate.end_hold(last, 0.25)
     assert after is not None and after.verdict is Verdict.REJECT and after.retry_after >= 1
     assert guard.tokens(0.25) == pytest.approx(-9.0 + 20 * 0.1 + 2 * 0.15 + 1.0)  # (its token came back: the newest)
+
+
+def test_a_class_that_leaves_part_of_the_burst_leaves_it_in_the_guard_too() -> None:
+    """A sheddable request (reserve 0.5) leaves half of the replica's bucket (burst 4) to the classes above it,
+    as it leaves half of its own: with 2 tokens there it is not let in at once although its own bucket is full
+    (on the tree before, it took one of them, and a default request of another pool found the replica's bucket
+    empty). It goes in once the replica's bucket, refilling at 20/s, holds its token beyond what it leaves."""
+    gate, guard = _guarded(20.0, 4.0)
+    assert all(gate.admit(1.0, DEFAULT, 0.0, lambda: None) is ADMITTED for _ in range(2))
+    shed = gate.admit(1.0, SHEDDABLE, 0.0, lambda: None)
+    assert shed.verdict is Verdict.PACE and shed.reserve == 0.5
+    assert shed.guard is not None and guard.due_in(shed.guard, 0.0) == pytest.approx(0.05)
+    assert gate.admit(1.0, DEFAULT, 0.0, lambda: None) is ADMITTED  # a default request still finds its token
+    assert _settle(gate, [shed]) == pytest.approx([0.05], abs=ROOM_WAIT + 1e-6)
+    bare, _ = _guarded(20.0, 4.0)  # without that part of the burst to leave, the same request goes in at once
+    bare.guard.try_take(2.0, 0.0)  # type: ignore[union-attr]
+    assert bare.admit(1.0, DEFAULT, 0.0, lambda: None) is ADMITTED
+
+
+def test_a_hold_planned_on_the_guard_is_counted_for_the_wait_planned_there() -> None:
+    """The pacing histogram counts each hold as planned: a request whose own token is free but whose replica's bucket
+    is short is held for its token there, and that is the wait it counts (on the tree before, 0 s: the 8 holds of
+    the guard test counted 0 s between them, where they were planned to wait 1/20 to 8/20 s)."""
+    gate, _ = _guarded(20.0, 2.0)
+    for _ in range(10):
+        gate.admit(1.0, DEFAULT, 0.0, lambda: None)
+    assert sum(gate.stats.pacing.counts) == 8
+    assert gate.stats.pacing.seconds == pytest.approx(sum(k / 20.0 for k in range(1, 9)))

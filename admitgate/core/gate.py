@@ -104,7 +104,7 @@ class Decision:
     rate: float = 0.0
     key: Hashable | None = None
     cost: float = 0.0
-    keep: float = 0.0  # tokens this request's class must leave in the bucket
+    reserve: float = 0.0  # the fraction of a bucket's burst its class must leave (its own bucket's, and the replica's)
     place: Place | None = None  # PACE: the place in the schedule a returning client is held for, or
     token: float | None = None  # PACE: the reserved token's place on the pacer's refill axis
     epoch: int = 0  # PACE: the pacer's epoch the token was reserved in
@@ -422,10 +422,11 @@ class Gate:
             pacer.charge(cost, now)
             stats.critical += 1
             return ADMITTED
-        keep = priority.reserve * pacer.burst
+        reserve = priority.reserve
         bound, guard = self.bound, self.guard
         if (bound is None or bound.inflight - bound.answered < bound.limit) and (guard is None or guard.tokens(now)
-                + guard.rate * DUE_SLACK >= cost) and pacer.try_take(cost, now, keep):  # fmt: skip
+                + guard.rate * DUE_SLACK >= cost + reserve * guard.burst) and pacer.try_take(cost, now,
+                reserve * pacer.burst):  # fmt: skip
             if guard is not None:
                 guard.charge(cost, now)
             if schedule.book:  # someone holds a place: if it is this client, it got in early
@@ -439,13 +440,14 @@ class Gate:
         key = identify()
         place = schedule.place_of(key, now) if key is not None and schedule.book else None
         if place is None:
-            return self._new_request(key, cost, keep, now)
+            return self._new_request(key, cost, reserve, now)
         stats.returning += 1
-        return self._returning(key, place, cost, keep, now, now)
+        return self._returning(key, place, cost, reserve, now, now)
 
-    def _new_request(self, key: Hashable | None, cost: float, keep: float, now: float) -> Decision:
+    def _new_request(self, key: Hashable | None, cost: float, reserve: float, now: float) -> Decision:
         """A first attempt that found no free token: a reserved token within the pacing window, or a place."""
         pacer = self.pacer
+        keep = reserve * pacer.burst
         if now >= self._clear_at:  # the bucket's debt has been repaid since the last one: a new queue
             self._queue_since = now
         if self.waiters < self.max_waiters:
@@ -456,16 +458,17 @@ class Gate:
             if token is not None:
                 self._clear_at = now + max(0.0, -pacer.tokens(now)) / pacer.rate
                 wait = pacer.due_in(token, now)
-                if wait <= DUE_SLACK and not self._shut(cost, now):  # (due now: in. As a hold of no delay, it was
-                    return self._let_in(cost, now)  # served at once and never ended: its waiter counted for ever)
-                return self._pace(wait, now, key, cost, keep, None, token, now)
+                if wait <= DUE_SLACK and not self._shut(cost, now, reserve):  # (due now: in. As a hold of no
+                    return self._let_in(cost, now)  # delay, it was served at once and never ended: its waiter stayed)
+                return self._pace(wait, now, key, cost, reserve, None, token, now)
         # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
         # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
         start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
         position = self.schedule.take(cost, now, start)
         return self._reject(key, (position, cost, now), now, early=False)
 
-    def _returning(self, key: Hashable, place: Place, cost: float, keep: float, now: float, since: float) -> Decision:
+    def _returning(self, key: Hashable, place: Place, cost: float, reserve: float, now: float,
+                   since: float) -> Decision:  # fmt: skip
         """A client holding ``place``: in at its turn, held until it if near, else told again (it keeps it).
 
         Near means due within what is left of the pacing window, at the head's pace or at the promised H:
@@ -478,18 +481,18 @@ class Gate:
         schedule = self.schedule
         due = schedule.due_in(place[0], now)
         if due <= DUE_SLACK:
-            return self._turn(key, place, cost, keep, now, since)
+            return self._turn(key, place, cost, reserve, now, since)
         left = self.max_pacing_delay - (now - since)
         soon = min(due, (place[0] - schedule.head(now)) / self._promise)
         if soon <= left and self.waiters < self.max_waiters:
-            return self._pace(min(due, left), now, key, cost, keep, place, None, since, held=now > since)
+            return self._pace(min(due, left), now, key, cost, reserve, place, None, since, held=now > since)
         if now > since and due <= self.lead:
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the share of H its place stands for would go unused.
-            return self._turn(key, place, cost, keep, now, since)
+            return self._turn(key, place, cost, reserve, now, since)
         return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
 
-    def _turn(self, key: Hashable, place: Place, cost: float, keep: float, now: float, since: float) -> Decision:
+    def _turn(self, key: Hashable, place: Place, cost: float, reserve: float, now: float, since: float) -> Decision:
         """``key``'s place is due: its token now, or paced for it, or held a moment to ask again (the bucket
         is short: μ was cut, or a shared budget's next grant has not come yet), or back at the head.
 
@@ -498,51 +501,51 @@ class Gate:
         """
         pacer, schedule = self.pacer, self.schedule
         longest = self.max_pacing_delay if self.waiters < self.max_waiters else 0.0
-        token = pacer.reserve(cost, now, longest, keep)  # (not try_take: this request is counted already)
+        token = pacer.reserve(cost, now, longest, reserve * pacer.burst)  # (not try_take: counted already)
         if token is None:
             left = self.max_pacing_delay - (now - since)
             if left > self.refresh_interval and self.waiters < self.max_waiters:
-                return self._pace(self.refresh_interval, now, key, cost, keep, place, None, since)
+                return self._pace(self.refresh_interval, now, key, cost, reserve, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
         # (A place not yet due stays where it is: its token was reserved out of H's budget, which the head pays
         # back when it crosses the place. Released, the head skipped ahead of H and starved new arrivals.)
         schedule.forget(key, now)
         self.stats.scheduled += 1
         wait = pacer.due_in(token, now)
-        if wait > DUE_SLACK or self._shut(cost, now):
-            return self._pace(wait, now, key, cost, keep, None, token, now)
+        if wait > DUE_SLACK or self._shut(cost, now, reserve):
+            return self._pace(wait, now, key, cost, reserve, None, token, now)
         return self._let_in(cost, now)
 
-    def _pace(self, wait: float, now: float, key: Hashable | None, cost: float, keep: float, place: Place | None,
+    def _pace(self, wait: float, now: float, key: Hashable | None, cost: float, reserve: float, place: Place | None,
               token: float | None, since: float, held: bool = False) -> Decision:  # fmt: skip
         """Hold for ``wait`` seconds from ``now`` (woken every :meth:`recheck` s to look again). ``held``: the
         request is held already and holds on (a returner whose place is not due yet): counted once, when its hold
         began. A token due but no room (see :meth:`_shut`): held for room (see :meth:`_in`) within ``max_pacing_delay``
         (short of the replica's bucket only: its token reserved there at once), and with no window at all (0: pacing
         off) turned away at once as :meth:`_in` turns a hold away."""
-        room = token is not None and wait <= DUE_SLACK and self._shut(cost, now)  # its token is due, but no room
+        room = token is not None and wait <= DUE_SLACK and self._shut(cost, now, reserve)  # its token due, no room
         if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
             self.pacer.give(cost, now)
             return self._reject(key, (self.schedule.head(now), cost, now), now, early=False)
         self.waiters += 1
+        spot, delay = None, min(wait, self.recheck)
+        if room:
+            reserved = self._reserve_room(cost, now, since, reserve)
+            if reserved is not None:  # (the replica's bucket is short: its token there, as in _in; the wait planned)
+                spot, wait = reserved
+                delay = min(wait, self.recheck)
+            else:
+                delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
+        elif delay <= DUE_SLACK and self._shut(cost, now, reserve):  # (a returner whose window ends before its place)
+            delay = ROOM_WAIT
         if not held:
             pacing = self.stats.pacing
             pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
             pacing.seconds += wait
             if self.probes is not None:
                 self.probes.limited()
-        delay = min(wait, self.recheck)
-        if room:
-            reserved = self._reserve_room(cost, now, since)
-            if reserved is not None:  # (the replica's bucket is short: its token there, as in _in)
-                spot, due = reserved
-                return Decision(Verdict.PACE, min(due, self.recheck), 0, self.schedule.rate, key, cost, keep, place,
-                                token, self.pacer.epoch, since, now + due, guard=spot)  # fmt: skip
-            delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
-        elif delay <= DUE_SLACK and self._shut(cost, now):  # (a returner whose window ends before its place is due)
-            delay = ROOM_WAIT
-        return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, keep, place, token, self.pacer.epoch,
-                        since, now + wait)  # fmt: skip
+        return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, reserve, place, token, self.pacer.epoch,
+                        since, now + wait, guard=spot)  # fmt: skip
 
     @property
     def full(self) -> bool:
@@ -551,13 +554,15 @@ class Gate:
         bound = self.bound
         return bound is not None and bound.inflight - bound.answered >= bound.limit
 
-    def _shut(self, cost: float, now: float) -> bool:
-        """Nothing goes in now: the in-flight limit is reached (:attr:`full`), or in a tenants' pool the replica's
-        bucket (:attr:`guard`) has not ``cost`` tokens."""
+    def _shut(self, cost: float, now: float, reserve: float) -> bool:
+        """Nothing of a class that leaves ``reserve`` of a burst goes in now: the in-flight limit is reached
+        (:attr:`full`), or in a tenants' pool the replica's bucket (:attr:`guard`) has not ``cost`` tokens beyond
+        that part of its burst (a sheddable request in one pool takes no token the replica keeps for another's)."""
         guard = self.guard
-        return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK < cost)  # (rounding)
+        return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK  # (rounding)
+                             < cost + reserve * guard.burst)  # fmt: skip
 
-    def _reserve_room(self, cost: float, now: float, since: float) -> tuple[float, float] | None:
+    def _reserve_room(self, cost: float, now: float, since: float, reserve: float) -> tuple[float, float] | None:
         """A request whose own token is due, in a tenants' pool whose replica's bucket (:attr:`guard`) is short (the
         pools spent more than μ between them), reserves its token there, behind those held before it: (its place,
         seconds until it is due), if that comes within the hold's window; None otherwise, or with no such bucket, or
@@ -566,7 +571,8 @@ class Gate:
         guard = self.guard
         if guard is None or self.full:
             return None
-        place = guard.reserve(cost, now, max(0.0, self.max_pacing_delay + DUE_SLACK - (now - since)))
+        window = max(0.0, self.max_pacing_delay + DUE_SLACK - (now - since))
+        place = guard.reserve(cost, now, window, reserve * guard.burst)
         return None if place is None else (place, guard.due_in(place, now))
 
     def _room_left(self, decision: Decision, now: float) -> bool:
@@ -586,9 +592,10 @@ class Gate:
         placed at the head of the schedule, its token given back to the bucket (up to its size: a token due and
         unclaimed is a token in the bucket, so the bound ``rate·t + burst`` holds; left unused, every hold the
         limit turned away was capacity lost for good)."""
-        if not self._shut(decision.cost, now):
+        if not self._shut(decision.cost, now, decision.reserve):
             return self._let_in(decision.cost, now)
-        reserved = self._reserve_room(decision.cost, now, decision.since) if self.waiters < self.max_waiters else None
+        reserved = (self._reserve_room(decision.cost, now, decision.since, decision.reserve)
+                    if self.waiters < self.max_waiters else None)  # fmt: skip
         if reserved is not None:
             place, due = reserved
             self.waiters += 1
@@ -720,12 +727,12 @@ class Gate:
             return self._woken(decision, now)
         if token is None:  # a returning client held for its place
             assert decision.key is not None and decision.place is not None
-            return self._returning(decision.key, decision.place, decision.cost, decision.keep, now, decision.since)
+            return self._returning(decision.key, decision.place, decision.cost, decision.reserve, now, decision.since)
         if current:
             due = pacer.due_in(token, now)
         else:  # the rate was cut while it was held: reserve again, behind those reserved before it
             left = max(0.0, self.max_pacing_delay - (now - decision.since))
-            token = pacer.reserve(decision.cost, now, left, decision.keep)
+            token = pacer.reserve(decision.cost, now, left, decision.reserve * pacer.burst)
             if token is None:  # too long a wait now: wait at the head of the schedule instead
                 return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
             due = pacer.due_in(token, now)
@@ -756,7 +763,7 @@ class Gate:
             assert decision.key is not None and decision.place is not None
             due = self.schedule.due_in(decision.place[0], now)
             if due <= DUE_SLACK:
-                return self._turn(decision.key, decision.place, decision.cost, decision.keep, now, decision.since)
+                return self._turn(decision.key, decision.place, decision.cost, decision.reserve, now, decision.since)
         else:
             due = self.pacer.due_in(decision.token, now)
             if due <= DUE_SLACK:
