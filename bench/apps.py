@@ -2,11 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from admitgate import AdmitGate, Settings
+
+
+class _Clock:
+    """The gates' clock: ``time.monotonic``; with ``BENCH_CLOCK_SLOWDOWN=k``, from the first SIGUSR1 on, k times
+    slower. Under callgrind (``bench/overhead.py --instructions``, which signals as it starts counting) the server runs
+    about k times slower than at full speed; on a clock slowed as much, the work a gate does on a timer (a refresh, a
+    reallocation) falls on as many requests as at full speed, where on the real one it would be counted k times
+    over. Before the signal it keeps time, so that the warm-up is a warm-up (a tenants' table opens after seconds)."""
+
+    def __init__(self, slowdown: float) -> None:
+        self.slowdown = slowdown
+        self.since: float | None = None
+        if slowdown != 1.0:
+            import signal
+
+            signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "since", time.monotonic()))
+
+    def __call__(self) -> float:
+        now, since = time.monotonic(), self.since
+        return now if since is None else since + (now - since) / self.slowdown
+
+
+def _clock():
+    """``time.monotonic`` itself unless ``BENCH_CLOCK_SLOWDOWN`` is set (see :class:`_Clock`)."""
+    slowdown = float(os.environ.get("BENCH_CLOCK_SLOWDOWN", "1"))
+    return time.monotonic if slowdown == 1.0 else _Clock(slowdown)
+
+
+CLOCK = _clock()
 
 
 async def hello(request):
@@ -39,7 +71,7 @@ def passthrough() -> Starlette:
 
 def admitgate() -> Starlette:
     app = _app()
-    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9))  # admit path: never binding
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), clock=CLOCK)  # admit path: never binding
     return app
 
 
@@ -49,7 +81,8 @@ def admitgate_tenants() -> Starlette:
     from admitgate import Tenancy
 
     app = _app()
-    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=Tenancy(key="header:x-api-key"))
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=Tenancy(key="header:x-api-key"),
+                       clock=CLOCK)  # fmt: skip
     return app
 
 
@@ -60,7 +93,7 @@ def admitgate_tenants_closed() -> Starlette:
 
     app = _app()
     tenancy = Tenancy(key="header:x-api-key", open_below=0.0)
-    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=tenancy)
+    app.add_middleware(AdmitGate, rate=1e9, settings=Settings(burst=1e9), tenants=tenancy, clock=CLOCK)
     return app
 
 

@@ -4,8 +4,18 @@ Beside requests/s it reports the server's CPU time per request (/proc utime+stim
 count): time stolen from this VM is not charged to the process, so that ratio is the steadier one.
 
     python bench/overhead.py [--rounds 10] [--duration 5] [--connections 32] [--json]
+    python bench/overhead.py --instructions [--variants bare,admitgate,...] [--duration 10] [--json]
 
-Needs wrk (Debian package ``wrk``). Only 127.0.0.1 is targeted; every load run is bounded by --duration.
+With ``--instructions``, each variant is served alone under valgrind's callgrind instead, and the figure is the
+server's user-space instructions per HTTP request while wrk runs (counted only then: ``callgrind_control -i``),
+the same from run to run whatever else the machine does. Under callgrind the server runs some 35 times slower;
+while it is counted, the gates' clock is slowed by as much (the slowdown of the bare server, measured first), so
+that work on a timer falls on as many requests as at full speed (that clock, a Python callable where the gates
+otherwise read ``time.monotonic``, is counted against them). The kernel's part of a request (the sockets) is not
+counted, and no gate adds to it: the ratio to bare is a lower bound on the CPU-time ratio.
+
+Needs wrk (Debian package ``wrk``), and valgrind for ``--instructions``. Only 127.0.0.1 is targeted; every load
+run is bounded by --duration.
 """
 
 from __future__ import annotations
@@ -16,9 +26,11 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,16 +55,21 @@ def start(variants: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
     urls = {v: f"http://127.0.0.1:{p}/" for v, p in ports.items()}
     deadline = time.monotonic() + 30
     for url in urls.values():
-        while True:
-            try:
-                if httpx.get(url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("benchmark server did not start")
-            time.sleep(0.1)
+        ready(proc, url, deadline)
     return proc, urls
+
+
+def ready(proc: subprocess.Popen, url: str, deadline: float) -> None:
+    """Wait until ``url`` answers 200, else RuntimeError once ``proc`` has exited or ``deadline`` has passed."""
+    while True:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the benchmark server did not start ({url})")
+        time.sleep(0.1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -94,6 +111,59 @@ def interleaved(
     return samples, cpu
 
 
+def _counted(variant: str, duration: float, connections: int, slowdown: float) -> tuple[float, float]:
+    """(instructions per request, requests/s) of ``variant`` served under callgrind, counted over one wrk run."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        env = dict(os.environ, PYTHONHASHSEED="0", BENCH_CLOCK_SLOWDOWN=str(slowdown))
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+               str(HERE / "apps.py"), f"{variant}:{port}"]  # fmt: skip
+        proc = subprocess.Popen(cmd, preexec_fn=lambda: pin(0), env=env, stderr=subprocess.PIPE, text=True)
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            ready(proc, url, time.monotonic() + 120)
+            wrk(url, 3, connections)  # warm-up, not counted
+            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+            if slowdown != 1.0:
+                os.kill(proc.pid, signal.SIGUSR1)  # (the gates' clock slows down from now: see apps._Clock)
+            rate, _ = wrk(url, duration, connections)
+            subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        finally:
+            proc.terminate()
+            log = proc.communicate(timeout=120)[1]
+    collected = re.search(r"Collected : (\d+)", log)
+    if not collected:
+        raise RuntimeError(log[-2000:])
+    return int(collected.group(1)) / (rate * max(1, round(duration))), rate
+
+
+def instructions(duration: float, connections: int, variants: list[str]) -> dict:
+    """User-space instructions per HTTP request of each variant under callgrind, and bare's over each one's."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    proc, urls = start(["bare"])
+    try:
+        wrk(urls["bare"], 1, connections)
+        native, _ = wrk(urls["bare"], 3, connections)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    per_request, rate = {}, {}
+    per_request["bare"], rate["bare"] = _counted("bare", duration, connections, 1.0)
+    slowdown = native / rate["bare"]
+    for v in variants:
+        if v != "bare":
+            per_request[v], rate[v] = _counted(v, duration, connections, slowdown)
+    return {
+        "duration_s": duration, "connections": connections, "bare_req_per_s": round(native),
+        "slowdown": round(slowdown, 1),
+        "instructions_per_request": {v: round(i) for v, i in per_request.items()},
+        "req_per_s_under_callgrind": {v: round(r, 1) for v, r in rate.items()},
+        "instruction_ratio_to_bare": {v: round(per_request["bare"] / i, 3) for v, i in per_request.items()},
+    }  # fmt: skip
+
+
 def main(rounds: int, duration: float, connections: int, variants: list[str]) -> dict:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
@@ -122,7 +192,27 @@ if __name__ == "__main__":
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per request under callgrind instead (default variants: "
+                             "bare, admitgate, admitgate_tenants, admitgate_tenants_closed; 8 connections, "
+                             "10 s)")  # fmt: skip
     args = parser.parse_args()
+    if args.instructions:
+        given = [a for a in sys.argv if a.startswith(("--variants", "--duration", "--connections"))]
+        chosen = args.variants.split(",") if any(a.startswith("--variants") for a in given) else [
+            "bare", "admitgate", "admitgate_tenants", "admitgate_tenants_closed"]  # fmt: skip
+        duration = args.duration if any(a.startswith("--duration") for a in given) else 10.0
+        connections = args.connections if any(a.startswith("--connections") for a in given) else 8
+        counted = instructions(duration, connections, chosen)
+        if args.json:
+            print(json.dumps(counted, indent=2))
+        else:
+            print(f"bare at full speed {counted['bare_req_per_s']} requests/s; under callgrind "
+                  f"{counted['slowdown']}x slower (the gates' clock slowed as much)")  # fmt: skip
+            print(f"{'variant':26s} {'instructions/request':>20s} {'bare/variant':>12s}")
+            for v, i in counted["instructions_per_request"].items():
+                print(f"{v:26s} {i:20d} {counted['instruction_ratio_to_bare'][v]:12.3f}")
+        sys.exit(0)
     chosen = args.variants.split(",")
     if "bare" not in chosen:
         chosen.insert(0, "bare")

@@ -31,6 +31,16 @@ def test_overhead_smoke_with_wrk() -> None:
     assert all(v > 0 for v in result["req_per_s_median"].values())
 
 
+def test_overhead_instructions_smoke_with_callgrind() -> None:
+    """Each variant served alone under callgrind, its instructions counted while wrk runs, the gate's clock slowed."""
+    result = run(str(BENCH / "overhead.py"), "--instructions", "--variants", "bare,admitgate_tenants_closed",
+                 "--duration", "1")  # fmt: skip
+    counts = result["instructions_per_request"]
+    assert set(counts) == {"bare", "admitgate_tenants_closed"}
+    assert counts["admitgate_tenants_closed"] > counts["bare"] > 0  # (the gate adds to a request; never a speed check)
+    assert result["slowdown"] > 1 and result["instruction_ratio_to_bare"]["bare"] == 1.0
+
+
 def test_herd_smoke() -> None:
     result = run(str(BENCH / "herd.py"), "--clients", "400", "--rounds", "1", "--deadline", "40",
                  "--scenarios", "admitgate static rate=200,slowapi 200/s")  # fmt: skip
