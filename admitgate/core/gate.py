@@ -567,12 +567,15 @@ class Gate:
         pools spent more than μ between them), reserves its token there, behind those held before it: (its place,
         seconds until it is due), if that comes within the hold's window; None otherwise, or with no such bucket, or
         no room in flight (held in turn so; polled for, holds lost their tokens to the requests arriving at each
-        instant and were turned away at their windows' ends)."""
+        instant and were turned away at their windows' ends). None too for a class that leaves part of a burst
+        (``reserve``): a reservation charges the bucket at once, and the classes above it would find no more there;
+        it is held for room instead, and goes in once the bucket holds its token beyond that part (see :meth:`_shut`),
+        or is turned away at its window's end."""
         guard = self.guard
-        if guard is None or self.full:
+        if guard is None or self.full or reserve:
             return None
         window = max(0.0, self.max_pacing_delay + DUE_SLACK - (now - since))
-        place = guard.reserve(cost, now, window, reserve * guard.burst)
+        place = guard.reserve(cost, now, window)
         return None if place is None else (place, guard.due_in(place, now))
 
     def _room_left(self, decision: Decision, now: float) -> bool:
