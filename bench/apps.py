@@ -25,7 +25,7 @@ class _Clock:
         if slowdown != 1.0:
             import signal
 
-            signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "since", time.monotonic()))
+            signal.signal(signal.SIGUSR1, lambda *_: self.since is None and setattr(self, "since", time.monotonic()))
 
     def __call__(self) -> float:
         now, since = time.monotonic(), self.since

@@ -188,9 +188,10 @@ def main(rounds: int, duration: float, connections: int, variants: list[str]) ->
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 5; 10 with --instructions)")
+    parser.add_argument("--connections", type=int, help="wrk's connections (default 32; 8 with --instructions)")
+    parser.add_argument("--variants", help="comma-separated (default: all; with --instructions bare, admitgate, "
+                                           "admitgate_tenants, admitgate_tenants_closed)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per request under callgrind instead (default variants: "
@@ -198,12 +199,8 @@ if __name__ == "__main__":
                              "10 s)")  # fmt: skip
     args = parser.parse_args()
     if args.instructions:
-        given = [a for a in sys.argv if a.startswith(("--variants", "--duration", "--connections"))]
-        chosen = args.variants.split(",") if any(a.startswith("--variants") for a in given) else [
-            "bare", "admitgate", "admitgate_tenants", "admitgate_tenants_closed"]  # fmt: skip
-        duration = args.duration if any(a.startswith("--duration") for a in given) else 10.0
-        connections = args.connections if any(a.startswith("--connections") for a in given) else 8
-        counted = instructions(duration, connections, chosen)
+        chosen = (args.variants or "bare,admitgate,admitgate_tenants,admitgate_tenants_closed").split(",")
+        counted = instructions(args.duration or 10.0, args.connections or 8, chosen)
         if args.json:
             print(json.dumps(counted, indent=2))
         else:
@@ -213,10 +210,10 @@ if __name__ == "__main__":
             for v, i in counted["instructions_per_request"].items():
                 print(f"{v:26s} {i:20d} {counted['instruction_ratio_to_bare'][v]:12.3f}")
         sys.exit(0)
-    chosen = args.variants.split(",")
+    chosen = (args.variants or ",".join(VARIANTS)).split(",")
     if "bare" not in chosen:
         chosen.insert(0, "bare")
-    result = main(args.rounds, args.duration, args.connections, chosen)
+    result = main(args.rounds, args.duration or 5.0, args.connections or 32, chosen)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
