@@ -1473,3 +1473,19 @@ def test_a_tenant_new_in_an_outage_is_told_its_place_and_nothing_fails() -> None
     out = [tenants.admit(1.0, DEFAULT, 2.5 + k * 0.001, lambda k=k: ("z", k), scope("z")) for k in range(200)]
     rejected = [d for d in out if d.verdict is Verdict.REJECT]
     assert rejected and all(d.retry_after >= 1 for d in rejected)
+
+
+def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_not_take_its_share() -> None:
+    """With ``establish=1`` each of fifty light tenants (a request every 2 s) is established by its first request,
+    beside a busy tenant asking 300/s of 100/s. A pool born since the last reallocation was measured over the moment
+    since it alone (reallocations follow wake-ups within a tenth of the interval): one request in 0.05 s, 20/s.
+    Fifty such took the busy tenant's share for what they did not use, and the table admitted 20, 8 and 25 of
+    100/s in its first three seconds. A newborn pool's first sample now spans an interval: 79, 71 and 77."""
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    arrivals = [(k / 300.0, "busy") for k in range(10 * 300)]
+    for i in range(50):
+        arrivals += [(i * 2.0 / 50 + k * 2.0, f"light-{i}") for k in range(5)]
+    times = sorted(_admissions(tenants, arrivals))
+    per_second = Counter(int(t) for t in times)
+    assert min(per_second[s] for s in range(3)) >= 65
+    assert _beyond(times, 100.0) <= 11.0  # (within rate·t + burst, as every table must be)

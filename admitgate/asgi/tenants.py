@@ -806,13 +806,18 @@ class Tenants:
         demands: dict[int, float] = {}
         weights: dict[int, float] = {}
         for index, pool in enumerate(pools):
+            # A pool born since the last reallocation (no history, never seen) was born of the request it counts: over
+            # the moment since the last one alone (a reallocation soon after a wake-up, 0.05 s), fifty light tenants
+            # established at once with establish=1, one request each, were measured at 20/s, and the table admitted
+            # 8-25 of 100/s for three seconds. Its first sample spans an interval at least: it asked nothing before.
+            newborn = not pool.counts and pool.seen == -math.inf
             if pool.asked:
                 if pool.seen > -math.inf:
                     gap = now - pool.seen
                     pool.period = gap if not pool.period else pool.period + SMOOTHING * (gap - pool.period)
                 pool.seen = now
             pool.counts.append(pool.asked)
-            pool.spans.append(elapsed)
+            pool.spans.append(max(elapsed, tenancy.interval) if newborn else elapsed)
             asked, span, lone = _rates(pool.counts, pool.spans, tenancy.interval)
             # One request alone in SPAN intervals is no surge: believed, a tenant asking once every 2 s was measured
             # at 2/s in the interval it asked, then at 0.67/s for two, and given 0.96/s on average for its 0.5/s;
