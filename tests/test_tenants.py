@@ -1491,15 +1491,21 @@ def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_n
     assert _beyond(times, 100.0) <= 11.0  # (within rate·t + burst, as every table must be)
 
 
-def _impatient(tenants: Tenants, clients: dict[str, int], seconds: float, starts: dict[str, float] | None = None,
-               since: float = 0.0) -> Counter[str]:
+def _impatient(
+    tenants: Tenants,
+    clients: dict[str, int],
+    seconds: float,
+    starts: dict[str, float] | None = None,
+    since: float = 0.0,
+) -> Counter[str]:
     """Admissions per tenant over ``seconds`` of ``clients[tenant]`` clients each asking again 5 ms after a 200 and
     100 ms after a 429, ignoring Retry-After (``bench/fairness.py``'s weights scenario), on the table's defaults as
     the middleware decides (the replica's bucket while open, the tenant's fast path, then admit)."""
     root, seq, admitted = tenants.root, itertools.count(), Counter[str]()
     events: list[tuple[float, int, str, str, Decision | None]] = [
         ((starts or {}).get(name, 0.0) + i / 1000.0, next(seq), name, f"{name}-{i}", None)
-        for name, n in clients.items() for i in range(n)
+        for name, n in clients.items()
+        for i in range(n)
     ]
     heapq.heapify(events)
     while events:
@@ -1509,10 +1515,10 @@ def _impatient(tenants: Tenants, clients: dict[str, int], seconds: float, starts
         if held is not None:
             decision = root.end_hold(held, now)
             assert decision is not None
-        elif not tenants.closed and now < root.next_refresh and root.pacer.try_take(1.0, now):
-            decision = ADMITTED
-        elif tenants.take(scope(name), 1.0, now):
-            decision = ADMITTED
+        elif (not tenants.closed and now < root.next_refresh and root.pacer.try_take(1.0, now)) or tenants.take(
+            scope(name), 1.0, now
+        ):
+            decision = ADMITTED  # (the replica's bucket while the table is open, else the tenant's fast path)
         else:
             decision = tenants.admit(1.0, DEFAULT, now, lambda key=key: key, scope(name))  # type: ignore[misc]
         if decision.delay:
