@@ -585,9 +585,10 @@ def test_a_tenant_that_opens_and_closes_the_table_in_turn_gets_no_more_than_the_
     assert sum(n for (_, second), n in run.admitted.items() if second < 60) <= 100 * 60 + 200 + 10
 
 
-def _admissions(tenants: Tenants, arrivals: list[tuple[float, str]]) -> list[float]:
-    """When each of ``arrivals`` (time, tenant) was admitted, decided as the middleware decides: the replica's
-    bucket while the table is open, then the tenant's fast path, then admit (holds ended when they end)."""
+def _admissions(tenants: Tenants, arrivals: list[tuple[float, str]], cost: float = 1.0) -> list[float]:
+    """When each of ``arrivals`` (time, tenant; each of ``cost`` tokens) was admitted, decided as the middleware
+    decides: the replica's bucket while the table is open, then the tenant's fast path, then admit (holds ended when
+    they end)."""
     root, seq = tenants.root, itertools.count(len(arrivals))
     events: list[tuple[float, int, str, Decision | None]] = [(t, i, name, None) for i, (t, name) in
                                                              enumerate(arrivals)]  # fmt: skip
@@ -596,13 +597,13 @@ def _admissions(tenants: Tenants, arrivals: list[tuple[float, str]]) -> list[flo
     while events:
         now, _, name, held = heapq.heappop(events)
         if held is None:
-            if not tenants.closed and now < root.next_refresh and root.pacer.try_take(1.0, now):
+            if not tenants.closed and now < root.next_refresh and root.pacer.try_take(cost, now):
                 admitted.append(now)
                 continue
-            if tenants.take(scope(name), 1.0, now):
+            if tenants.take(scope(name), cost, now):
                 admitted.append(now)
                 continue
-            decision = tenants.admit(1.0, DEFAULT, now, lambda: None, scope(name))
+            decision = tenants.admit(cost, DEFAULT, now, lambda: None, scope(name))
         else:
             after = root.end_hold(held, now)
             assert after is not None
@@ -1475,17 +1476,21 @@ def test_a_tenant_new_in_an_outage_is_told_its_place_and_nothing_fails() -> None
     assert rejected and all(d.retry_after >= 1 for d in rejected)
 
 
-def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_not_take_its_share() -> None:
+@pytest.mark.parametrize("cost", [1.0, 2.0])
+def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_not_take_its_share(cost: float) -> None:
     """With ``establish=1`` each of fifty light tenants (a request every 2 s) is established by its first request,
     beside a busy tenant asking 300/s of 100/s. A pool born since the last reallocation was measured over the moment
     since it alone (reallocations follow wake-ups within a tenth of the interval): one request in 0.05 s, 20/s.
     Fifty such took the busy tenant's share for what they did not use, and the table admitted 20, 8 and 25 of
-    100/s in its first three seconds. A newborn pool's first sample now spans an interval: 79, 71 and 77."""
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    100/s in its first three seconds. A newborn pool's first request now spans an interval: 79, 71 and 77. One
+    request is one whatever the route's cost (of 2 tokens: 20, 8 and 54 when a lone request was counted in tokens,
+    found in review)."""
+    rate = 100.0 * cost  # (requests of ``cost`` tokens: 100 of them a second)
+    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(rate, Settings(tarpit=0.0, burst=10.0 * cost)))
     arrivals = [(k / 300.0, "busy") for k in range(10 * 300)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"light-{i}") for k in range(5)]
-    times = sorted(_admissions(tenants, arrivals))
+    times = sorted(_admissions(tenants, arrivals, cost))
     per_second = Counter(int(t) for t in times)
     assert min(per_second[s] for s in range(3)) >= 65
     assert _beyond(times, 100.0) <= 11.0  # (within rate·t + burst, as every table must be)

@@ -60,7 +60,8 @@ SMOOTHING = 0.3
 #: ... unless the newest interval's count is this many times the average (a surge: believed at once), or the
 #: count over the last ``SPAN`` intervals is this many times less (a fall: believed at once).
 SURGE = 1.5
-#: ... but never from a single request: the cost asked over ``SPAN`` intervals must be more than this (tokens).
+#: ... but never from a single request: the cost asked over ``SPAN`` intervals must be more than this many times the
+#: cost of the request that last woke the pool (a route's ``cost``: one request of cost 2 is one request).
 LONE = 1.0
 #: Intervals a fall is judged over: a tenant whose clients come in bursts (held together, sent back
 #: together) asks nothing for an interval or two between them, and must not lose its share each time.
@@ -247,15 +248,17 @@ class Candidate:
         self.requests, self.asked, self.round, self.since, self.before = 0, 0.0, round, since, 0.0
 
 
-def _rates(counts: deque[float], spans: deque[float], interval: float) -> tuple[float, float | None, bool]:
+def _rates(
+    counts: deque[float], spans: deque[float], interval: float, unit: float = 1.0
+) -> tuple[float, float | None, bool]:
     """What a pool asked, requests/s, from the cost it asked between each of its last reallocations (``counts``,
     latest last) and their lengths (``spans``, seconds; the latest is never 0): ``(recent, span, lone)``.
     ``recent`` is over the latest of them back to ``interval`` seconds, or over all it has if less (a new pool's
     history, or one since the table closed); a surge is believed from it at once. ``span`` is over them back to
     ``SPAN`` intervals, and a fall is judged from it; None with less history than that (a fall is not believed
     from it: cleared at a close, a pool asking every 0.5 s was judged on the 0.19 s since, and put to sleep).
-    ``lone``: ``span`` is known and is of one request's cost at most (``LONE``): one request is no rate to
-    believe at once (see :meth:`Tenants.rebalance`).
+    ``lone``: ``span`` is known and is of one request's cost at most (``LONE`` × ``unit``, the cost of a request, in
+    tokens): one request is no rate to believe at once (see :meth:`Tenants.rebalance`).
 
     Over the latest reallocation alone, a wake-up's (within a tenth of the interval) took a light tenant's one
     request in 0.05 s for 20/s, and believed it: fifty such tenants beside a busy one took its share.
@@ -268,7 +271,7 @@ def _rates(counts: deque[float], spans: deque[float], interval: float) -> tuple[
         if recent is None and length >= interval:
             recent = count / length
         if length >= SPAN * interval:
-            return recent if recent is not None else count / length, count / length, count <= LONE
+            return recent if recent is not None else count / length, count / length, count <= LONE * unit
     return count / length if recent is None else recent, None, False
 
 
@@ -276,7 +279,7 @@ class Pool:
     """One tenant's gate and its demand meter (requests/s asked, rejected retries included)."""
 
     __slots__ = ("asked", "awake", "book", "counts", "demand", "gate", "name", "period", "rejected", "seen", "share",
-                 "spans", "take", "use", "weight")  # fmt: skip
+                 "spans", "take", "unit", "use", "weight")  # fmt: skip
 
     def __init__(self, name: Hashable, weight: float, gate: Gate, share: Share) -> None:
         self.name, self.weight, self.gate, self.share = name, weight, gate, share
@@ -291,6 +294,7 @@ class Pool:
         self.counts: deque[float] = deque(maxlen=HISTORY)  #: cost asked between each of the last reallocations
         self.spans: deque[float] = deque(maxlen=HISTORY)  #: and their lengths, seconds
         self.use = 0.0  #: requests/s the others' promises count it to take: its demand, at most its entitlement (told)
+        self.unit = 1.0  #: the cost of the request that last woke it, tokens (one request's worth: see LONE)
 
     def set_share(self, rate: float, entitlement: float, burst: float, now: float, promise: float = 0.0) -> None:
         """Refill at ``rate`` (of the capacity as of the last reallocation; scaled with it, see :class:`Share`); tell
@@ -385,6 +389,7 @@ class Tenants:
         name = self.name(scope)
         pool = self.pool_of(name, now)
         if not pool.awake:
+            pool.unit = cost  # (what one request of it costs: see LONE)
             self._activate(pool, now)
         stats, pacer, schedule = pool.gate.stats, pool.gate.pacer, pool.gate.schedule
         early, overflow, seen, held = stats.early, stats.overflow, pacer.taken + pacer.asked, schedule.holders
@@ -819,8 +824,9 @@ class Tenants:
                     pool.period = gap if not pool.period else pool.period + SMOOTHING * (gap - pool.period)
                 pool.seen = now
             pool.counts.append(pool.asked)
-            pool.spans.append(max(elapsed, tenancy.interval) if newborn and pool.asked <= LONE else elapsed)
-            asked, span, lone = _rates(pool.counts, pool.spans, tenancy.interval)
+            alone = newborn and pool.asked <= LONE * pool.unit
+            pool.spans.append(max(elapsed, tenancy.interval) if alone else elapsed)
+            asked, span, lone = _rates(pool.counts, pool.spans, tenancy.interval, pool.unit)
             # One request alone in SPAN intervals is no surge: believed, a tenant asking once every 2 s was measured
             # at 2/s in the interval it asked, then at 0.67/s for two, and given 0.96/s on average for its 0.5/s;
             # fifty of them beside a busy tenant left it 49 of its 75/s, the rest unused. (Their surges believed, the
