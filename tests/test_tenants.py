@@ -1354,6 +1354,7 @@ def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | Non
                                                                        decision.retry_after)  # fmt: skip
         assert _pool_state(one, name, now) == _pool_state(two, name, now)
         assert (one.next_rebalance, one.root.delegated) == (two.next_rebalance, two.root.delegated)
+        assert _guard_tokens(one, now) == _guard_tokens(two, now)
     for name in ("a", "b", "c"):
         pools = [t._pools.get(name, now) for t in (one, two)]
         assert (pools[0] is None) == (pools[1] is None)
@@ -1362,6 +1363,30 @@ def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | Non
             assert pools[0].gate.pacer.taken == pools[1].gate.pacer.taken
     assert one.newcomers.asked == two.newcomers.asked
     assert one.newcomers.gate.pacer.taken == two.newcomers.gate.pacer.taken
+
+
+def _guard_tokens(tenants: Tenants, now: float) -> float | None:
+    """The replica's bucket's tokens at ``now`` (to nine places), or None without one."""
+    guard = tenants._guard
+    return None if guard is None else round(guard.tokens(now), 9)
+
+
+def test_the_fast_path_takes_from_neither_bucket_when_the_replicas_is_short() -> None:
+    """A pool with a token to spare whose replica's bucket (the guard) has none: the fast path declines and
+    leaves both as they were; with both short of nothing it takes one token from each."""
+    tenants = table(rate=50.0, establish=1)
+    assert tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")).verdict is Verdict.ADMIT  # establishes "a"
+    now = 0.01
+    pool, guard = tenants._pools.get("a", now), tenants._guard
+    assert pool is not None and guard is not None and pool.awake
+    assert tenants.take(scope("a"), 1.0, now)  # both hold a token: one taken from each
+    before = pool.gate.pacer.tokens(now), guard.tokens(now)
+    assert before[0] >= 1.0
+    guard.charge(guard.tokens(now) - 0.5, now)  # the others' pools took the replica's bucket down to half a token
+    short = guard.tokens(now)
+    assert not tenants.take(scope("a"), 1.0, now)
+    assert (pool.gate.pacer.tokens(now), guard.tokens(now)) == (before[0], short)
+    assert pool.asked == 2.0 and pool.gate.pacer.taken == 2
 
 
 def _pool_state(tenants: Tenants, name: str | None, now: float) -> tuple[float, ...] | None:

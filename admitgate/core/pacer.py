@@ -62,6 +62,8 @@ class TokenPacer:
         self._updated = now
         self._axis, self._axis_at = 0.0, now  # the refill axis: tokens refilled by _axis_at
         self._until = math.inf  # the refill stops here (a shared budget's grant runs out)
+        # (Tenants.take reads and writes _tokens, _updated, _rate, _burst and _until as try_take does, inlined:
+        # a change to how the bucket is kept changes it too; test_tenants' side-by-side tests compare them.)
         self._newest: float | None = None  # the place of the reservation made last, while nobody stands behind it
         self._released: list[tuple[float, float]] = []  # (place, cost) of reservations given up: a heap, this epoch's
         self.epoch = 0  #: deep rate cuts so far: reservations of an earlier epoch must reserve again
