@@ -611,26 +611,33 @@ class Tenants:
         if guard is None:
             if not pool.take(cost, now):
                 return False
-        else:  # a token from each bucket or from neither: two TokenPacer.try_take calls, inlined (a call is a
-            # twelfth of this path, and two cost the closed table its 0.93 of bare: docs/benchmarks.md). Both refill
-            # as try_take refills; the replica's bucket counts no `taken` (nobody reads it).
+        else:  # a token from each bucket or from neither: guard.try_take, then the pool's, inlined (a Python call
+            # costs about 470 instructions: with two, the closed table read 0.923 of bare, docs/fairness.md). Each
+            # refills as try_take refills it; the replica's bucket counts no `taken` (nobody reads it).
+            if now >= guard._until:  # (beyond a shared budget's grant: admit decides)
+                return False
+            theirs = guard._tokens + (now - guard._updated) * guard._rate
+            if theirs > guard._burst:
+                theirs = guard._burst
+            guard._updated = now
+            spare = theirs - cost
+            if spare < 0.0:  # (the pool's bucket untouched, as when guard.try_take declined)
+                guard._tokens = theirs
+                return False
             me = pool.pacer
-            if now >= me._until or now >= guard._until:  # (beyond a shared budget's grant: admit decides)
+            if now >= me._until:
+                guard._tokens = theirs
                 return False
             mine = me._tokens + (now - me._updated) * me._rate
             if mine > me._burst:
                 mine = me._burst
-            theirs = guard._tokens + (now - guard._updated) * guard._rate
-            if theirs > guard._burst:
-                theirs = guard._burst
-            me._updated = guard._updated = now
-            left, spare = mine - cost, theirs - cost
-            if left >= 0.0 and spare >= 0.0:
-                me._tokens, guard._tokens = left, spare
-                me.taken += 1
-            else:
+            me._updated = now
+            left = mine - cost
+            if left < 0.0:  # (the replica's token given back: guard.give)
                 me._tokens, guard._tokens = mine, theirs
                 return False
+            me._tokens, guard._tokens = left, spare
+            me.taken += 1
         pool.asked += cost
         root.delegated += 1
         return True
