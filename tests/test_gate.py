@@ -955,3 +955,16 @@ def test_a_hold_planned_on_the_guard_is_counted_for_the_wait_planned_there() -> 
         gate.admit(1.0, DEFAULT, 0.0, lambda: None)
     assert sum(gate.stats.pacing.counts) == 8
     assert gate.stats.pacing.seconds == pytest.approx(sum(k / 20.0 for k in range(1, 9)))
+
+
+def test_a_request_whose_reserved_token_is_due_at_once_goes_in_and_leaves_no_waiter() -> None:
+    """Where the first branch's ``tokens - cost >= keep`` and the reservation's ``cost + keep - tokens`` round apart
+    (0.7 tokens, a sheddable request of cost 0.2 leaving 0.5 of a burst of 1: 0.49999999999999994 left, and nothing
+    missing), the token reserved is due now. It goes in at once. As a hold of no delay (the tree before 991f2a8), it
+    was served at once, never ended, and its waiter was counted for ever (it kept a tenants' table from opening)."""
+    gate = Gate(10.0, Settings(burst=1.0, tarpit=0.0), now=0.0)
+    gate.pacer.charge(0.3, 0.0)  # (critical traffic took 0.3)
+    assert gate.pacer.tokens(0.0) == 0.7
+    decision = gate.admit(0.2, SHEDDABLE, 0.0, lambda: "client")
+    assert decision.verdict is Verdict.ADMIT and not decision.delay
+    assert gate.waiters == 0
