@@ -966,5 +966,6 @@ def test_a_request_whose_reserved_token_is_due_at_once_goes_in_and_leaves_no_wai
     gate.pacer.charge(0.3, 0.0)  # (critical traffic took 0.3)
     assert gate.pacer.tokens(0.0) == 0.7
     decision = gate.admit(0.2, SHEDDABLE, 0.0, lambda: "client")
+    assert gate.stats.contended == 1 and gate.pacer.asked == 1  # (not the first branch: a token was reserved)
     assert decision.verdict is Verdict.ADMIT and not decision.delay
     assert gate.waiters == 0
