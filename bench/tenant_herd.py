@@ -10,7 +10,9 @@ once a second, obeying Retry-After, from 6 s before the release until the herd h
 arrivals without a key. Reported beside the targets of the fair-share issue: how long the small tenant's
 requests took to be served (first try to 2xx) during the herd, the Retry-After values it was told (a small
 tenant is served within one Retry-After of 1-2 s), and the herd's drain time against M / (μ − the small
-tenant's rate), where μ = 200/s (20 workers × 100 ms). Server on core 0, load on core 1.
+tenant's rate), where μ = 200/s (20 workers × 100 ms). Server on core 0, load on core 1. Also against
+M / (μ − what the small tenant was served during the drain) (``herd_drain_ratio_left``): without tenants the small
+tenant is pushed back and the herd drains on its share, so ``--compare`` reads the two like for like there.
 
 ``--tenants N`` spreads the herd over N tenant keys (client i is tenant ``big-{i mod N}``: a cache expiring
 across a platform's customers), and ``--new R`` sends R new arrivals/s without a key beside it (their share
@@ -74,8 +76,14 @@ async def one_round(base: str, clients: int, small: int, tenants: int = 1, new: 
     during = [r for r in log if 0 <= r["at"] <= herd["drain_s"]]
     waits = sorted(r["wait"] for r in during)
     told = [t for r in during for t in r["told"]]
+    # What the small tenant was served during the drain (requests/s), and the herd's bound at what it left: without
+    # tenants the small tenant is pushed back and the herd takes its share, so its drain is read against this bound.
+    small_served = sum(200 <= r["status"] < 300 for r in during) / herd["drain_s"] if herd["drain_s"] else 0.0
+    bound_left = clients / (CAPACITY - small_served - new)
     return {
         "herd_drain_ratio": herd["drain_ratio"], "herd_drain_s": herd["drain_s"], "bound_s": herd["bound_s"],
+        "small_served_per_s": round(small_served, 2), "bound_left_s": round(bound_left, 3),
+        "herd_drain_ratio_left": round(herd["drain_s"] / bound_left, 3),
         "server_5xx": herd["server_5xx"], "herd_finished": herd["finished"], "new_served": herd["new_served"],
         "small_requests": len(during),
         "small_first_try": round(sum(not r["told"] for r in during) / len(during), 3) if during else None,
