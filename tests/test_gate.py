@@ -896,10 +896,11 @@ def test_a_hold_whose_own_token_comes_due_while_the_guard_is_short_reserves_its_
     it reserves its token there, in turn, and goes in when that is due, not at once."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
     gate.guard = guard = TokenPacer(20.0, 5.0, now=0.0, max_debt=100.0)
+    guard.cap(3.0, 0.0)  # (the other pools spent some: no more than half of its burst is left after this one)
     assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT
     held = gate.admit(1.0, DEFAULT, 0.0, lambda: None)
     assert held.verdict is Verdict.PACE and held.guard is None and held.delay == pytest.approx(0.01)
-    assert guard.try_take(4.0, 0.0)  # (the other pools spend the rest)
+    assert guard.try_take(2.0, 0.0)  # (the other pools spend the rest)
     after = gate.end_hold(held, 0.01)
     assert after is not None and after.verdict is Verdict.PACE and after.guard is not None
     assert after.delay == pytest.approx(0.05 - 0.01 * 20.0 / 20.0, abs=1e-6)  # (0.2 of a token refilled by 0.01 s)
@@ -969,3 +970,25 @@ def test_a_request_whose_reserved_token_is_due_at_once_goes_in_and_leaves_no_wai
     assert gate.stats.contended == 1 and gate.pacer.asked == 1  # (not the first branch: a token was reserved)
     assert decision.verdict is Verdict.ADMIT and not decision.delay
     assert gate.waiters == 0
+
+
+def test_a_request_short_of_its_pools_token_goes_in_on_what_the_pools_left_in_the_guard() -> None:
+    """In a tenants' pool, a request whose own bucket is short goes in on the replica's bucket alone while that holds
+    more than SPARE of its burst beside it: the pools left that refill unused (each one's rate is what it was measured
+    to ask, a little more), and beyond the burst it was lost (fifty light tenants beside a busy one: 91.6 of 100/s
+    admitted, now 100.2). Its own bucket is untouched, and it counts as a new request in λ_new. Not below that share,
+    nor for a class that leaves part of a burst (its reserve is the pools' own), nor with no room in flight."""
+    gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
+    gate.guard = guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
+    assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT  # its own token: 9 left in the guard
+    decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(5)]
+    assert [d.verdict for d in decisions] == [Verdict.ADMIT] * 4 + [Verdict.PACE]  # (down to half of its burst)
+    assert gate.stats.spare == 4 and guard.tokens(0.0) == pytest.approx(5.0)
+    assert gate.pacer.tokens(0.0) == pytest.approx(-1.0)  # (untouched by the four; the fifth reserved its own)
+    assert gate.new_requests == 6
+    assert gate.admit(1.0, SHEDDABLE, 0.01, lambda: None).verdict is not Verdict.ADMIT  # (6 in the guard: not for it)
+    bounded_gate = bounded(100.0, floor=1.0, burst=1, tarpit=0.0)
+    bounded_gate.guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
+    assert go_in(bounded_gate, bounded_gate.admit(1.0, DEFAULT, 0.0, lambda: None), 0.0).verdict is Verdict.ADMIT
+    assert bounded_gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.PACE  # (one in flight: the limit)
+    assert bounded_gate.stats.spare == 0

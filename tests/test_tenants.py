@@ -258,7 +258,7 @@ def test_a_pools_share_cut_as_others_wake_is_told_at_its_peak() -> None:
     gate = pool.gate
     told = [tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("busy")).retry_after for k in range(20)]
     work = gate.schedule.backlog(now)
-    assert max(told) == math.ceil(work / gate._peak - gate.lead) < gate.settings.new_window - gate.lead
+    assert max(told) == max(1, math.ceil(work / gate._peak - gate.lead)) < gate.settings.new_window - gate.lead
 
 
 def test_a_pools_own_clients_taking_its_share_are_told_as_a_replicas_are() -> None:
@@ -356,7 +356,7 @@ def test_a_tenant_whose_demand_surges_is_measured_again_once_it_turns_clients_aw
     for k in range(50):  # the small tenant asks 10/s
         tenants.admit(1.0, DEFAULT, k / 10, lambda: None, scope("small"))
     now, first = 5.0, None
-    for k in range(400):  # a herd, a request a millisecond
+    for k in range(600):  # a herd, a request a millisecond (the first 400 are let in or held)
         now = 5.0 + k * 1e-3
         d = tenants.admit(1.0, DEFAULT, now, lambda k=k: f"h{k}", scope("herd"))
         if first is None and d.verdict is Verdict.REJECT:
@@ -995,15 +995,15 @@ def test_a_light_tenant_beside_a_busy_one_is_served_on_its_first_try() -> None:
 def test_fifty_light_tenants_beside_a_busy_one_leave_it_what_they_do_not_use() -> None:
     """Fifty tenants each asking once every 2 s beside one asking 200/s of 100/s (rejected requests are not sent
     again here): each light pool sleeps and wakes, and every wake-up recomputes the shares within a tenth of the
-    interval. 42 of 100/s were admitted, none of the light tenants' requests among them; now 78, the light tenants
-    served 8 of the 25/s they ask on their one try. What is still lost: see docs/fairness.md ("Light tenants
-    beside a busy one")."""
+    interval. 42 of 100/s were admitted, none of the light tenants' requests among them; then 78, the light tenants
+    served 8 of the 25/s they ask on their one try; then 93.5 (20.75 of them light); now 99.9, the busy tenant's
+    requests going in on what the light pools leave in the replica's bucket (see Gate.admit, SPARE)."""
     run = Run(table(rate=100.0, establish=1)).send("busy", 0, 12, 200)
     for i in range(50):
         run.send(f"l{i}", i * 2 / 50, 12, 0.5)
     run.go()
     light = sum(run.rate(f"l{i}", 4, 12) for i in range(50))
-    assert light >= 5.0 and light + run.rate("busy", 4, 12) >= 75.0
+    assert light >= 20.0 and light + run.rate("busy", 4, 12) >= 99.0
 
 
 def test_one_request_just_after_a_reallocation_is_not_measured_as_a_surge() -> None:
@@ -1108,13 +1108,14 @@ def test_light_tenants_each_asking_once_in_a_while_leave_the_rest_of_the_capacit
     intervals a fall is judged over is no surge: believed, each light pool was measured at 2/s in the interval it
     asked and at 0.67/s in the two after, given 0.96/s on average for its 0.5/s, and the table admitted 78 a
     second, the rest of the capacity held for nobody (94.7 with the rule, 98.5 since the pools' admissions are
-    bounded by the replica's bucket and held light requests are no exception to it)."""
+    bounded by the replica's bucket and held light requests are no exception to it; 100.4 since what the light pools
+    leave there goes to the busy one, within rate·t + burst)."""
     tenants = table(rate=100.0)
     arrivals = [(k / 300.0, "busy") for k in range(20 * 300)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(10)]
     times = _admissions(tenants, arrivals)
-    assert sum(8.0 <= t < 20.0 for t in times) >= 0.96 * 100 * 12
+    assert sum(8.0 <= t < 20.0 for t in times) >= 0.995 * 100 * 12
     assert _beyond(times, 100.0) <= 10.0 + 1.0  # (the burst of 10 the table's default gate has)
 
 

@@ -71,6 +71,11 @@ RECHECK = 0.25
 #: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
 #: see :mod:`admitgate.limit.probes`, is full: the service has not yet answered what it was given).
 ROOM_WAIT = 0.02
+#: In a tenants' pool, a request that finds its own bucket short goes in on the replica's bucket alone
+#: (:attr:`Gate.guard`) while that would still hold this share of its burst: the pools have left its refill unused
+#: (each pool's rate is what it was measured to ask, a little more, and what a pool does not take piles up there),
+#: and what piles up beyond the burst is lost. The rest of the burst is the pools' own requests'.
+SPARE = 0.5
 #: μ below this share of its recent peak has collapsed (an outage, until a λ_new window after it is back): the
 #: forecast expects the peak of H back.
 COLLAPSE = 0.25
@@ -142,6 +147,7 @@ class GateStats:
     early: int = 0  # rejections of clients back before the time they were told (they ignore Retry-After)
     abandoned: int = 0  # paced requests whose client went away
     overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a folded value within it)
+    spare: int = 0  # in a tenants' pool: admissions on the replica's bucket alone, what the pools left (see SPARE)
 
     @property
     def paced(self) -> int:
@@ -228,7 +234,8 @@ class Gate:
         #: in a tenants' pool, the replica's bucket (at μ, with the replica's burst), charged for every admission in
         #: every pool: a request whose own token is free while it is short reserves its token there and goes in when
         #: that is due (see :meth:`_shut`, :meth:`_in`). The pools' buckets, each at least a token, may hold more
-        #: between them than the replica's burst. None elsewhere.
+        #: between them than the replica's burst. A request whose own token is short goes in on this bucket alone
+        #: while it holds more than :data:`SPARE` of its burst (what the pools left unused). None elsewhere.
         self.guard: TokenPacer | None = None
         self.waiters = 0  #: requests held by pacing now
         #: a hold a small rate cut turns away gives its place to the next request held (a tenant's pool, whose cuts
@@ -335,7 +342,7 @@ class Gate:
     def new_requests(self) -> int:
         """Requests so far from clients holding no place (first attempts), critical ones included."""
         s = self.stats
-        return self.pacer.taken + s.critical + s.contended - s.returning
+        return self.pacer.taken + s.spare + s.critical + s.contended - s.returning
 
     def new_rate(self) -> float:
         """λ_new: the measured rate of new requests, requests/s."""
@@ -424,25 +431,29 @@ class Gate:
             return ADMITTED
         reserve = priority.reserve
         bound, guard = self.bound, self.guard
-        if (bound is None or bound.inflight - bound.answered < bound.limit) and (guard is None or guard.tokens(now)
-                + guard.rate * DUE_SLACK >= cost + reserve * guard.burst) and pacer.try_take(cost, now,
-                reserve * pacer.burst):  # fmt: skip
+        room = bound is None or bound.inflight - bound.answered < bound.limit
+        if room and (guard is None or guard.tokens(now) + guard.rate * DUE_SLACK >= cost + reserve * guard.burst) \
+                and pacer.try_take(cost, now, reserve * pacer.burst):  # fmt: skip
             if guard is not None:
                 guard.charge(cost, now)
-            if schedule.book:  # someone holds a place: if it is this client, it got in early
-                key = identify()
-                place = schedule.forget(key, now) if key is not None else None
-                if place is not None:
-                    stats.returning += 1
-                    schedule.release(place[0], place[1], now)
-            return ADMITTED
-        stats.contended += 1
-        key = identify()
-        place = schedule.place_of(key, now) if key is not None and schedule.book else None
-        if place is None:
-            return self._new_request(key, cost, reserve, now)
-        stats.returning += 1
-        return self._returning(key, place, cost, reserve, now, now)
+        elif room and guard is not None and not reserve and guard.tokens(now) - cost >= SPARE * guard.burst:
+            guard.charge(cost, now)  # (its own bucket untouched: the replica's refill the pools left, see SPARE)
+            stats.spare += 1
+        else:
+            stats.contended += 1
+            key = identify()
+            place = schedule.place_of(key, now) if key is not None and schedule.book else None
+            if place is None:
+                return self._new_request(key, cost, reserve, now)
+            stats.returning += 1
+            return self._returning(key, place, cost, reserve, now, now)
+        if schedule.book:  # someone holds a place: if it is this client, it got in early
+            key = identify()
+            place = schedule.forget(key, now) if key is not None else None
+            if place is not None:
+                stats.returning += 1
+                schedule.release(place[0], place[1], now)
+        return ADMITTED
 
     def _new_request(self, key: Hashable | None, cost: float, reserve: float, now: float) -> Decision:
         """A first attempt that found no free token: a reserved token within the pacing window, or a place."""
