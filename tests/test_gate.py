@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import ADMITTED, COLLAPSE, RECHECK, ROOM_WAIT, Decision, Gate, Verdict
+from admitgate.core.gate import ADMITTED, COLLAPSE, RECHECK, ROOM_WAIT, SPARE, Decision, Gate, Verdict
 from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.limit.capacity import LiveCapacity, StaticCapacity
@@ -973,20 +973,25 @@ def test_a_request_whose_reserved_token_is_due_at_once_goes_in_and_leaves_no_wai
 
 
 def test_a_request_short_of_its_pools_token_goes_in_on_what_the_pools_left_in_the_guard() -> None:
-    """In a tenants' pool, a request whose own bucket is short goes in on the replica's bucket alone while that holds
-    more than SPARE of its burst beside it: the pools left that refill unused (each one's rate is what it was measured
-    to ask, a little more), and beyond the burst it was lost (fifty light tenants beside a busy one: 91.6 of 100/s
-    admitted, now 100.2). Its own bucket is untouched, and it counts as a new request in λ_new. Not below that share,
-    nor for a class that leaves part of a burst (its reserve is the pools' own), nor with no room in flight."""
+    """In a tenants' pool, a request whose own bucket is short goes in on the replica's bucket alone while that would
+    still hold ``keep`` (SPARE, or the largest class reserve) of its burst and two requests' cost: the pools left that
+    refill unused (each one's rate is what it was measured to ask, a little more), and beyond the burst it was lost
+    (fifty light tenants beside a busy one: 91.6 of 100/s admitted, now 100.1). Its own bucket is untouched, and it
+    counts as a new request in λ_new. Not below that, nor for a class that leaves part of a burst (its reserve is the
+    pools' own), nor with no room in flight."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
     gate.guard = guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
+    assert gate.keep == SPARE == 0.5
     assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT  # its own token: 9 left in the guard
-    decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(5)]
-    assert [d.verdict for d in decisions] == [Verdict.ADMIT] * 4 + [Verdict.PACE]  # (down to half of its burst)
-    assert gate.stats.spare == 4 and guard.tokens(0.0) == pytest.approx(5.0)
-    assert gate.pacer.tokens(0.0) == pytest.approx(-1.0)  # (untouched by the four; the fifth reserved its own)
-    assert gate.new_requests == 6
-    assert gate.admit(1.0, SHEDDABLE, 0.01, lambda: None).verdict is not Verdict.ADMIT  # (6 in the guard: not for it)
+    decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(3)]
+    assert [d.verdict for d in decisions] == [Verdict.ADMIT] * 2 + [Verdict.PACE]  # (9 and 8 leave 5 and two more)
+    assert gate.stats.spare == 2 and guard.tokens(0.0) == pytest.approx(7.0)
+    assert gate.pacer.tokens(0.0) == pytest.approx(-1.0)  # (untouched by the two; the third reserved its own)
+    assert gate.new_requests == 4
+    assert gate.admit(1.0, SHEDDABLE, 0.01, lambda: None).verdict is not Verdict.ADMIT  # (8 in the guard: not for it)
+    assert gate.admit(1.0, DEFAULT, 0.01, lambda: None).verdict is Verdict.ADMIT and gate.stats.spare == 3
+    gate.keep = 0.6  # (a class reserving 0.6 of the burst in use: 6 and two more kept)
+    assert gate.admit(1.0, DEFAULT, 0.02, lambda: None).verdict is Verdict.PACE and gate.stats.spare == 3
     bounded_gate = bounded(100.0, floor=1.0, burst=1, tarpit=0.0)
     bounded_gate.guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
     assert go_in(bounded_gate, bounded_gate.admit(1.0, DEFAULT, 0.0, lambda: None), 0.0).verdict is Verdict.ADMIT

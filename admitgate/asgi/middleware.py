@@ -130,8 +130,10 @@ class AdmitGate:
             labels_from = app if metrics is not None else None
             self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
             self.router.check_burst(self.gate.pacer.burst)
+            reserve = max((c.reserve for c in self.router.classes.values()), default=0.0)  # (see Gate.keep)
             self.tenants = None if tenants is None else Tenants(tenants, self.gate, trusted_hops=identity.trusted_hops,
-                                                               forwarded=identity.forwarded, now=now)  # fmt: skip
+                                                               forwarded=identity.forwarded, reserve=reserve,
+                                                               now=now)  # fmt: skip
             if quota is not None and not isinstance(quota, Quota):
                 raise ConfigError("quota", "must be an admitgate.Quota (or None)", quota)
             self._quota = None if quota is None else QuotaGuard(quota, clock, identity.trusted_hops,

@@ -37,7 +37,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, function, integer, number
 from ..core.fair import fair_shares
-from ..core.gate import ADMITTED, Decision, Gate, Identify, Verdict
+from ..core.gate import ADMITTED, SPARE, Decision, Gate, Identify, Verdict
 from ..core.keystore import BoundedExpiringMap
 from ..core.pacer import EPOCH_CUT, TokenPacer
 from ..core.priority import Priority
@@ -317,11 +317,14 @@ class Tenants:
     """
 
     def __init__(self, tenancy: Tenancy, root: Gate, *, trusted_hops: int = 0, forwarded: str = "x-forwarded-for",
-                 now: float = 0.0) -> None:  # fmt: skip
+                 reserve: float = 0.5, now: float = 0.0) -> None:  # fmt: skip
         if not isinstance(tenancy, Tenancy):
             raise ConfigError("tenants", "must be an admitgate.Tenancy", tenancy)
         self.tenancy = tenancy
         self.root = root
+        #: what a request going in on the replica's bucket alone leaves there (see Gate.keep): ``reserve`` is the
+        #: largest class reserve in use (the default classes': ``sheddable``'s 0.5)
+        self._keep = max(SPARE, reserve)
         key = tenant_key(tenancy.key, trusted_hops, forwarded)
         self._key = _named(key) if callable(tenancy.key) else key  # (the built-in keys give names already)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
@@ -707,6 +710,7 @@ class Tenants:
             gate.pacer.cap(0.0, now)
         gate.releases = True  # (its rate moves with the shares: see Gate.end_hold)
         gate.guard = self._guard  # (and what it admits is the replica's too)
+        gate.keep = self._keep
         gate.probes = self.root.probes  # one service: a pool that paces or rejects tells the estimator so
         gate.bound = self.root.bound  # and what it has in flight is the service's
         gate.stats.pacing = self.root.stats.pacing  # and its holds are counted with the root's (metrics read it)
