@@ -312,8 +312,10 @@ class Tenants:
     """The table of pools behind one :class:`~admitgate.core.gate.Gate` (the *root*, whose rate is the capacity μ).
 
     ``tenancy``: the settings; ``trusted_hops``, ``forwarded``: how ``"address"`` finds the client (from
-    :class:`~admitgate.identity.Identity`). :meth:`admit` decides a request like :meth:`Gate.admit`, in its
-    tenant's pool; the root's :meth:`Gate.end_hold` ends the holds it returns.
+    :class:`~admitgate.identity.Identity`); ``reserve``: the largest reserve among the classes in use (a fraction of
+    a burst; the middleware passes its classes'), which a request going in on the replica's bucket alone leaves
+    there (see :attr:`Gate.keep`). :meth:`admit` decides a request like :meth:`Gate.admit`, in its tenant's pool;
+    the root's :meth:`Gate.end_hold` ends the holds it returns.
     """
 
     def __init__(self, tenancy: Tenancy, root: Gate, *, trusted_hops: int = 0, forwarded: str = "x-forwarded-for",
