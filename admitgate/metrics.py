@@ -58,6 +58,7 @@ BACKEND_ERRORS = f"{PREFIX}_backend_errors"  # counter: shared-backend failures 
 FALLBACK = f"{PREFIX}_backend_fallback"  # gauge: 1 while running on a local fallback
 TENANT_REJECTED = f"{PREFIX}_tenant_rejected_requests"  # counter {tenant}: the TOP_TENANTS most rejected tenants
 TENANT_SHARE = f"{PREFIX}_tenant_share_requests_per_second"  # gauge {tenant}: their share of the capacity now
+SPARE = f"{PREFIX}_spare_requests"  # counter: admitted in a tenant's pool on what the other pools left
 #: Tenants exported by name: the most rejected ones, so the series stay bounded however many keys there are.
 TOP_TENANTS = 10
 
@@ -118,6 +119,7 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     RETRY_AFTER: "Retry-After values sent with rejections (seconds).",
     TENANT_REJECTED: f"Rejections of the {TOP_TENANTS} tenants rejected most (tenants on).",
     TENANT_SHARE: f"Share of the capacity of the {TOP_TENANTS} tenants rejected most, now (requests/s).",
+    SPARE: "Requests admitted in a tenant's pool beyond its share, on what the other pools left (0 without tenants).",
 }
 #: Multi-process mode: gauges that add up over a server's processes (each process has its own share
 #: of the rate and its own requests); the others take the largest value over live processes.
@@ -133,6 +135,11 @@ class Ranked(Protocol):
 
     def gates(self, now: float) -> list[Gate]:
         """Every live tenant's gate (they pace and hold places; the root gate only charges critical traffic)."""
+        ...
+
+    @property
+    def spare(self) -> int:
+        """Requests the pools admitted beyond their shares, on what the others left, so far."""
         ...
 
 
@@ -199,6 +206,7 @@ def snapshot(middleware: Tallied) -> Snapshot:
     counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow,
                 QUOTA_REFUSED: middleware.quota_refused}  # fmt: skip
     tenants: Ranked | None = getattr(middleware, "tenants", None)
+    counters[SPARE] = 0 if tenants is None else tenants.spare
     top: list[tuple[str, int, float]] = []
     if tenants is not None:  # the gauges of the gates that pace and hold places: the tenants'
         top = tenants.top(TOP_TENANTS, now)
@@ -292,8 +300,8 @@ class MultiprocessSync:
         self.requests = Counter(REQUESTS, _DOC[REQUESTS], ["route", "class", "verdict"], registry=None)
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
-        self.counters = {name: Counter(name, _DOC[name], registry=None) for name in (BACKEND_ERRORS, OVERFLOW,
-                                                                                     QUOTA_REFUSED)}  # fmt: skip
+        self.counters = {name: Counter(name, _DOC[name], registry=None)
+                         for name in (BACKEND_ERRORS, OVERFLOW, QUOTA_REFUSED, SPARE)}  # fmt: skip
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {

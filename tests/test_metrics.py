@@ -110,6 +110,21 @@ async def test_the_most_rejected_tenants_are_exported_by_a_digest_of_their_key(c
     assert tenants == {f"key-{i:02}" for i in range(5, 15)}  # the ten rejected most
 
 
+def test_what_the_pools_admitted_on_what_the_others_left_is_counted_and_is_0_without_tenants() -> None:
+    """``admitgate_spare_requests_total`` is the tenants' table's running count (pools come and go; it does not), and
+    0 without tenants (multi-process mode syncs it as the other counters: see the tests below)."""
+    from admitgate import Tenancy
+
+    registry = CollectorRegistry()
+    gate = AdmitGate(ok_app, rate=30, metrics=registry, tenants=Tenancy(key="header:x-api-key"))
+    assert gate.tenants is not None
+    gate.tenants.spare = 7
+    assert samples(registry)[f"{m.SPARE}_total", ()] == 7
+    plain = CollectorRegistry()
+    AdmitGate(ok_app, rate=30, metrics=plain)
+    assert samples(plain)[f"{m.SPARE}_total", ()] == 0
+
+
 def test_multiprocess_mode_exports_no_series_per_tenant() -> None:
     """Which tenants are rejected most changes; a worker's series cannot be withdrawn from the shared files
     through prometheus-client's public API, so per-tenant series there would grow with every key that was

@@ -1006,6 +1006,9 @@ def test_fifty_light_tenants_beside_a_busy_one_leave_it_what_they_do_not_use() -
     run.go()
     light = sum(run.rate(f"l{i}", 4, 12) for i in range(50))
     assert light >= 20.0 and light + run.rate("busy", 4, 12) >= 99.0
+    tenants = run.tenants  # what went in so is the busy tenant's, counted by the table as by its pool (metrics)
+    spare = {pool.name: pool.gate.stats.spare for pool in tenants.pools(12.0)}
+    assert tenants.spare == spare["busy"] == sum(spare.values()) >= 100
 
 
 def test_one_request_just_after_a_reallocation_is_not_measured_as_a_surge() -> None:

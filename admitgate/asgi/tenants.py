@@ -370,6 +370,8 @@ class Tenants:
         #: closing it finds them there (opened at once, a small tenant met the herd as a newcomer).
         self.closed: list[bool] = [True]
         self.rejections = 0  #: requests the pools rejected so far
+        #: requests the pools admitted on the replica's bucket alone, what the others left there, so far (see SPARE)
+        self.spare = 0
         self._rejections = 0  # as of the last reallocation
         self._calm = 0  # reallocations in a row that found the tenants asking little, nobody turned away or held
 
@@ -398,8 +400,10 @@ class Tenants:
             self._activate(pool, now)
         stats, pacer, schedule = pool.gate.stats, pool.gate.pacer, pool.gate.schedule
         early, overflow, seen, held = stats.early, stats.overflow, pacer.taken + pacer.asked, schedule.holders
+        spare = stats.spare
         decision = pool.gate.admit(cost, priority, now, identify)
-        root.delegated += pacer.taken + pacer.asked - seen
+        root.delegated += pacer.taken + pacer.asked - seen  # (none on spare: with a shared budget there is no guard)
+        self.spare += stats.spare - spare
         root.held_below += schedule.holders - held  # (a shared budget leases for the pools' places)
         if stats.early == early:  # a client back before its time ignores Retry-After: that is no demand to serve
             pool.asked += cost
