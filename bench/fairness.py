@@ -1,6 +1,6 @@
 """Fair share under overload, against a real uvicorn on loopback: admitted requests/s per tenant.
 
-    python bench/fairness.py [--rate 100] [--seconds 12] [--warmup 4] [--scenarios abuse,abuse-single,weights,lone]
+    python bench/fairness.py [--rate 100] [--seconds 12] [--warmup 4] [--scenarios abuse,abuse-single,weights,...]
 
 Scenarios (the server's capacity is a fixed ``--rate`` H; tenants are told apart by ``x-api-key``):
 
@@ -8,7 +8,12 @@ Scenarios (the server's capacity is a fixed ``--rate`` H; tenants are told apart
   obedient tenants, each sending new requests at twice H/6 whose clients obey Retry-After; tenants on;
 * ``abuse-single``: the same traffic against the single pool (no tenants), for comparison;
 * ``weights``: three tenants weighted 3:1:1, each with 10 connections retrying every 100 ms;
-* ``lone``: one tenant with 20 connections retrying every 100 ms: what share of H it is admitted.
+* ``lone``: one tenant with 20 connections retrying every 100 ms: what share of H it is admitted;
+* ``abuse-slowapi``, ``weights-slowapi``, ``lone-slowapi``: the same traffic against the same app behind slowapi
+  instead, with the per-key limits a slowapi user types in so that each tenant gets its share of H at full load
+  (``x-api-key`` as slowapi's key; per second, its default fixed window; Retry-After sent): H/6 per key for
+  ``abuse`` and ``lone`` (one deployment, six tenants), 3H/5, H/5 and H/5 for ``weights``. slowapi counts each
+  key against a limit typed in: it shares no live H and gives a tenant alone no more than its limit.
 
 Every client is a lean HTTP/1.1 client on a connection of its own (admitgate.sim.http1), so the load
 generator is not the bottleneck (with httpx it was: the server saw about half the demand). Each scenario
@@ -37,7 +42,15 @@ from admitgate.sim.serving import free_port, pin  # noqa: E402
 
 HOST = "127.0.0.1"
 
-SCENARIOS = ("abuse", "abuse-single", "weights", "lone")
+SCENARIOS = ("abuse", "abuse-single", "weights", "lone", "abuse-slowapi", "weights-slowapi", "lone-slowapi")
+SLOWAPI = "-slowapi"
+
+
+def limits(scenario: str, rate: float) -> dict[str, int]:
+    """slowapi's per-key limits (requests per second, ``*`` for any other key): each tenant's share of ``rate``."""
+    if scenario.startswith("weights"):
+        return {"gold": int(3 * rate / 5), "*": int(rate / 5)}
+    return {"*": int(rate / 6)}
 
 
 def app(rate: float, tenants: bool, weights: dict[str, float]):  # type: ignore[no-untyped-def]
@@ -57,11 +70,40 @@ def app(rate: float, tenants: bool, weights: dict[str, float]):  # type: ignore[
     return star
 
 
-def serve(port: int, rate: float, tenants: bool, weights: dict[str, float]) -> None:
+def slowapi_app(per_key: dict[str, int]):  # type: ignore[no-untyped-def]
+    """The same hello-world app behind slowapi (its pure-ASGI middleware), each ``x-api-key`` held to its limit."""
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.middleware import SlowAPIASGIMiddleware
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    def tenant(request):  # type: ignore[no-untyped-def]
+        return request.headers.get("x-api-key", "")
+
+    def limit(key: str) -> str:
+        return f"{per_key.get(key, per_key['*'])}/second"
+
+    limiter = Limiter(key_func=tenant, headers_enabled=True)
+
+    @limiter.limit(limit)
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("Hello, world!")
+
+    star = Starlette(routes=[Route("/", hello)])
+    star.state.limiter = limiter
+    star.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+    star.add_middleware(SlowAPIASGIMiddleware)
+    return star
+
+
+def serve(port: int, rate: float, tenants: bool, weights: dict[str, float], per_key: dict[str, int]) -> None:
     import uvicorn
 
     pin(0)
-    uvicorn.run(app(rate, tenants, weights), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    served = slowapi_app(per_key) if per_key else app(rate, tenants, weights)
+    uvicorn.run(served, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 async def ask(client: Http1Client, tenant: str, ok: Counter[str], warm: float) -> tuple[int, int | None]:
@@ -121,7 +163,7 @@ async def load(port: int, scenario: str, rate: float, seconds: float, warmup: fl
     if scenario.startswith("abuse"):
         jobs += [abusive(port, "abuser", w, until, ok, warm) for w in range(20)]
         jobs += [obedient(port, f"obedient-{i}", 2 * rate / 6, until, ok, warm) for i in range(5)]
-    elif scenario == "weights":
+    elif scenario.startswith("weights"):
         jobs += [abusive(port, t, w, until, ok, warm) for t in ("gold", "x", "y") for w in range(10)]
     else:
         jobs += [abusive(port, "alone", w, until, ok, warm) for w in range(20)]
@@ -133,8 +175,10 @@ def run(scenario: str, rate: float, seconds: float, warmup: float) -> dict[str, 
     port = free_port()
     tenants = scenario != "abuse-single"
     weights = {"gold": 3.0} if scenario == "weights" else {}
+    per_key = limits(scenario, rate) if scenario.endswith(SLOWAPI) else {}
     child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--rate", str(rate),
-                              "--tenants", "1" if tenants else "0", "--weights", json.dumps(weights)])  # fmt: skip
+                              "--tenants", "1" if tenants else "0", "--weights", json.dumps(weights),
+                              "--limits", json.dumps(per_key)])  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(200):
@@ -151,6 +195,8 @@ def run(scenario: str, rate: float, seconds: float, warmup: float) -> dict[str, 
     out: dict[str, object] = {"admitted_per_s": {k: round(v, 1) for k, v in rates.items()}}
     out["share_of_H"] = {k: round(v / rate, 3) for k, v in rates.items()}
     out["total_share_of_H"] = round(sum(rates.values()) / rate, 3)
+    if per_key:
+        out["slowapi_limits_per_s"] = per_key
     return out
 
 
@@ -163,9 +209,10 @@ def main() -> None:
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tenants", default="1", help=argparse.SUPPRESS)
     parser.add_argument("--weights", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--limits", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.rate, args.tenants == "1", json.loads(args.weights))
+        serve(args.serve, args.rate, args.tenants == "1", json.loads(args.weights), json.loads(args.limits))
         return
     if not 0 < args.warmup < args.seconds <= 20:
         parser.error("need 0 < --warmup < --seconds <= 20")

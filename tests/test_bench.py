@@ -83,11 +83,14 @@ def test_fleet_herd_smoke() -> None:
 
 def test_fairness_smoke() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "fairness.py"), "--seconds", "3", "--warmup", "1",
-                          "--scenarios", "lone,weights"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                          "--scenarios", "lone,weights,lone-slowapi"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["lone"]["admitted_per_s"]["alone"] > 0  # behaviour: the server ran and admitted; no speed
     assert len(result["weights"]["admitted_per_s"]) == 3
+    slow = result["lone-slowapi"]  # slowapi holds the key to its limit (16/s; fixed windows of a second)
+    assert slow["slowapi_limits_per_s"] == {"*": 16} and 0 < slow["admitted_per_s"]["alone"] <= 1.5 * 16
 
 
 def test_quota_smoke() -> None:
