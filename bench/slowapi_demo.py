@@ -1,13 +1,16 @@
 """The demo service behind slowapi at a static limit equal to its capacity: the herd benchmark's comparison.
 
     python bench/slowapi_demo.py --port 8000 [--workers 20 --service-time 0.1 --queue-timeout 1.0 --quiet]
+                                 [--per-key N]
 
 Serves what ``admitgate demo --gate none`` serves (the same options), with slowapi's pure-ASGI middleware in
 front. slowapi is a development dependency, so this lives beside the benchmarks, not in the package.
+``--per-key N``: N requests/s for each ``x-api-key`` (slowapi's key), not the capacity for all.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
@@ -19,15 +22,19 @@ from admitgate.cli import build_parser
 from admitgate.sim.demo import Upstream, demo_app
 
 
-def slowapi_app(routes: list[BaseRoute], up: Upstream) -> Starlette:
-    """The same app behind slowapi at a static limit equal to capacity (its pure-ASGI middleware)."""
+def slowapi_app(routes: list[BaseRoute], up: Upstream, per_key: int | None = None) -> Starlette:
+    """The same app behind slowapi at a static limit equal to capacity (its pure-ASGI middleware), or at
+    ``per_key`` requests/s for each ``x-api-key``."""
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.middleware import SlowAPIASGIMiddleware
 
-    limiter = Limiter(
-        key_func=lambda request: "all", default_limits=[f"{int(up.capacity)}/second"], headers_enabled=True
-    )
+    if per_key is None:
+        limiter = Limiter(key_func=lambda request: "all", default_limits=[f"{int(up.capacity)}/second"],
+                          headers_enabled=True)  # fmt: skip
+    else:
+        limiter = Limiter(key_func=lambda request: request.headers.get("x-api-key", ""),
+                          default_limits=[f"{per_key}/second"], headers_enabled=True)  # fmt: skip
     app = Starlette(routes=routes)
     app.state.limiter = limiter
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
@@ -36,9 +43,12 @@ def slowapi_app(routes: list[BaseRoute], up: Upstream) -> Starlette:
 
 
 def main(argv: Sequence[str]) -> None:
-    args = build_parser().parse_args(["demo", "--gate", "none", *argv])
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--per-key", type=int)
+    mine, rest = own.parse_known_args(argv)
+    args = build_parser().parse_args(["demo", "--gate", "none", *rest])
     up = Upstream(args.workers, args.service_time, args.queue_timeout)
-    app = slowapi_app(list(demo_app(up, gate="none").routes), up)
+    app = slowapi_app(list(demo_app(up, gate="none").routes), up, mine.per_key)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

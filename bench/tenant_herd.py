@@ -1,7 +1,7 @@
 """A herd in one tenant beside a small tenant, against a real uvicorn on loopback.
 
     python bench/tenant_herd.py [--clients 2000] [--small 10] [--tenants 1] [--new 0] [--rounds 1] [--rate R]
-                                [--compare] [--json]
+                                [--compare] [--slowapi] [--json]
 
 ``admitgate demo`` on its defaults (the capacity learnt live, no hint) with tenants on
 (``ADMITGATE_TENANTS_KEY=header:x-api-key``). 2,000 clients of tenant ``big`` are released at once (each
@@ -19,6 +19,9 @@ across a platform's customers), and ``--new R`` sends R new arrivals/s without a
 served on the one try they make is ``new_served``); the bound is then M / (μ − small − R). ``--rate R`` types
 the capacity in (the demo's ``--rate``), and ``--compare`` runs each round a second time without tenants (the
 same clients, one pool), so that what tenants cost is read apart from what the live estimator costs.
+``--slowapi`` runs the rounds against the same service behind slowapi instead (``bench/slowapi_demo.py``), each
+``x-api-key`` held to μ − the small tenant's rate per second (190/s: what a slowapi user types in so that the
+herd's tenant gets its share), as its users write it: fixed windows of a second, Retry-After sent.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from admitgate.sim.herd import run_herd, summarise
 from admitgate.sim.http1 import Http1Client
 from admitgate.sim.serving import demo_server, pin
 
+HERE = Path(__file__).resolve().parent
 CAPACITY = 200.0
 WARMUP = 6.0
 
@@ -105,12 +109,23 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="the capacity typed in, requests/s (default: learnt live)")
     parser.add_argument("--compare", action="store_true",
                         help="each round also without tenants (no key read: one pool), alternating")  # fmt: skip
+    parser.add_argument("--slowapi", action="store_true",
+                        help="behind slowapi, each key held to μ − the small tenant's rate")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.slowapi and (args.compare or args.rate is not None):
+        parser.error("--slowapi runs slowapi alone: no --compare or --rate")
     if args.compare and "ADMITGATE_CONFIG" in os.environ:  # (a config file may turn tenants on in the "off" rounds)
         parser.error("--compare needs ADMITGATE_CONFIG unset")
     runs = []
-    for _ in range(args.rounds):
+    if args.slowapi:
+        limit = int(CAPACITY - args.small)
+        for _ in range(args.rounds):
+            with demo_server(["--per-key", str(limit)], cpu=0, program=(str(HERE / "slowapi_demo.py"),)) as base:
+                pin(1)
+                run = asyncio.run(one_round(base, args.clients, args.small, args.tenants, args.new))
+            runs.append({"gate": f"slowapi {limit}/second per key", **run})
+    for _ in range(0 if args.slowapi else args.rounds):
         for tenants in (True, False) if args.compare else (True,):
             if tenants:
                 os.environ["ADMITGATE_TENANTS_KEY"] = "header:x-api-key"  # the demo server reads it

@@ -110,3 +110,14 @@ def test_light_tenants_smoke() -> None:
     for figures in result.values():
         assert figures["admitted_per_s"] <= 100.0 * (8 - 3 + 1) / (8 - 3)  # within rate·t + burst (a second's)
         assert 0 <= figures["light_first_try"] <= 1 and figures["busy_max_min_share"] == 97.5
+
+
+@pytest.mark.parametrize("gate", [(), ("--slowapi",)], ids=["admitgate", "slowapi"])
+def test_tenant_herd_smoke(gate: tuple[str, ...]) -> None:
+    result = run(str(BENCH / "tenant_herd.py"), "--clients", "200", "--rounds", "1", *gate)
+    (one,) = result["runs"]
+    assert one["herd_finished"] == 200 and one["small_requests"] > 0  # behaviour: both tenants were served
+    if gate:
+        assert one["gate"] == "slowapi 190/second per key"
+    else:
+        assert one["tenants_on"] is True and "gate" not in one
