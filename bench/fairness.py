@@ -75,12 +75,14 @@ def slowapi_app(per_key: dict[str, int]):  # type: ignore[no-untyped-def]
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.middleware import SlowAPIASGIMiddleware
+    from slowapi.util import get_remote_address
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
     def tenant(request):  # type: ignore[no-untyped-def]
-        return request.headers.get("x-api-key", "")
+        # (without a key, the client's address: slowapi skips a limit whose key is empty)
+        return request.headers.get("x-api-key") or get_remote_address(request)
 
     def limit(key: str) -> str:
         return f"{per_key.get(key, per_key['*'])}/second"

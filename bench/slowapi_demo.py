@@ -5,7 +5,8 @@
 
 Serves what ``admitgate demo --gate none`` serves (the same options), with slowapi's pure-ASGI middleware in
 front. slowapi is a development dependency, so this lives beside the benchmarks, not in the package.
-``--per-key N``: N requests/s for each ``x-api-key`` (slowapi's key), not the capacity for all.
+``--per-key N``: N requests/s for each ``x-api-key`` (slowapi's key; without one, the client's address), not the
+capacity for all.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ def slowapi_app(routes: list[BaseRoute], up: Upstream, per_key: int | None = Non
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.middleware import SlowAPIASGIMiddleware
+    from slowapi.util import get_remote_address
 
     if per_key is None:
         limiter = Limiter(key_func=lambda request: "all", default_limits=[f"{int(up.capacity)}/second"],
                           headers_enabled=True)  # fmt: skip
     else:
-        limiter = Limiter(key_func=lambda request: request.headers.get("x-api-key", ""),
+        # (a request without a key is its client address's: slowapi skips a limit whose key is empty)
+        limiter = Limiter(key_func=lambda request: request.headers.get("x-api-key") or get_remote_address(request),
                           default_limits=[f"{per_key}/second"], headers_enabled=True)  # fmt: skip
     app = Starlette(routes=routes)
     app.state.limiter = limiter

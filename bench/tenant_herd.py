@@ -113,8 +113,10 @@ def main() -> None:
                         help="behind slowapi, each key held to μ − the small tenant's rate")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.slowapi and (args.compare or args.rate is not None):
-        parser.error("--slowapi runs slowapi alone: no --compare or --rate")
+    if args.slowapi and (args.compare or args.rate is not None or args.tenants != 1 or args.new):
+        # (its limit is per key: N herd keys would each have μ − small, and keyless new arrivals share an address)
+        parser.error("--slowapi runs the herd in one tenant beside the small one alone: no --compare, --rate, "
+                     "--tenants or --new")  # fmt: skip
     if args.compare and "ADMITGATE_CONFIG" in os.environ:  # (a config file may turn tenants on in the "off" rounds)
         parser.error("--compare needs ADMITGATE_CONFIG unset")
     runs = []

@@ -112,7 +112,8 @@ async def test_the_most_rejected_tenants_are_exported_by_a_digest_of_their_key(c
 
 def test_what_the_pools_admitted_on_what_the_others_left_is_counted_and_is_0_without_tenants() -> None:
     """``admitgate_spare_requests_total`` is the tenants' table's running count (pools come and go; it does not), and
-    0 without tenants (multi-process mode syncs it as the other counters: see the tests below)."""
+    0 without tenants. (Multi-process mode syncs it as it syncs the other unlabelled counters; the multi-process
+    tests below fail without it there, but run no tenants.)"""
     from admitgate import Tenancy
 
     registry = CollectorRegistry()

@@ -233,7 +233,7 @@ def test_critical_requests_are_never_shed_and_are_charged_first() -> None:
     for k in range(2000):  # 200/s of critical traffic for 10 s: all admitted
         now = k / 200
         assert tenants.admit(1.0, CRITICAL, now, lambda: None, scope("a")) is not None
-    assert tenants.root.stats.critical == 2000
+    assert tenants.root.stats.critical == 2000 and tenants.spare == 0  # (on the root: beyond no pool's share)
     tenants.rebalance(now + 0.01)
     assert tenants._available == pytest.approx(100 * 0.05)  # critical took it all: the floor is left to share
 
@@ -1359,7 +1359,8 @@ def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | Non
             assert (other.verdict, other.delay, other.retry_after) == (decision.verdict, decision.delay,
                                                                        decision.retry_after)  # fmt: skip
         assert _pool_state(one, name, now) == _pool_state(two, name, now)
-        assert (one.next_rebalance, one.root.delegated) == (two.next_rebalance, two.root.delegated)
+        assert (one.next_rebalance, one.root.delegated, one.spare) == (two.next_rebalance, two.root.delegated,
+                                                                        two.spare)  # fmt: skip
         assert _guard_tokens(one, now) == _guard_tokens(two, now)
     for name in ("a", "b", "c"):
         pools = [t._pools.get(name, now) for t in (one, two)]
