@@ -444,7 +444,7 @@ class Gate:
         elif room and guard is not None and not reserve and guard.tokens(now) - 3 * cost >= self.keep * guard.burst:
             # (its own bucket untouched: the replica's refill the pools left, see SPARE. With one request's cost kept
             # beyond a sheddable request's reserve, a greedy tenant took the tokens a sheddable one beside it needed
-            # as they came: 43.2 of its 45/s, in review; with two, 45.0, as without this rule)
+            # as they came: 43.6 of its 45/s, in review; with two, 45.0, as without this rule)
             guard.charge(cost, now)
             stats.spare += 1
         else:
