@@ -75,19 +75,15 @@ def slowapi_app(per_key: dict[str, int]):  # type: ignore[no-untyped-def]
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.middleware import SlowAPIASGIMiddleware
-    from slowapi.util import get_remote_address
+    from slowapi_demo import tenant_key  # (beside this file: the herd benchmarks' slowapi, keyed alike)
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    def tenant(request):  # type: ignore[no-untyped-def]
-        # (without a key, the client's address: slowapi skips a limit whose key is empty)
-        return request.headers.get("x-api-key") or get_remote_address(request)
-
     def limit(key: str) -> str:
         return f"{per_key.get(key, per_key['*'])}/second"
 
-    limiter = Limiter(key_func=tenant, headers_enabled=True)
+    limiter = Limiter(key_func=tenant_key, headers_enabled=True)
 
     @limiter.limit(limit)
     async def hello(request):  # type: ignore[no-untyped-def]

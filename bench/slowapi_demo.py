@@ -17,10 +17,19 @@ from collections.abc import Sequence
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from admitgate.cli import build_parser
 from admitgate.sim.demo import Upstream, demo_app
+
+
+def tenant_key(request: Request) -> str:
+    """slowapi's key for a request: its ``x-api-key``, or without one its client's address (slowapi skips a limit
+    whose key is empty: a request without a key would go unlimited)."""
+    from slowapi.util import get_remote_address
+
+    return request.headers.get("x-api-key") or get_remote_address(request)
 
 
 def slowapi_app(routes: list[BaseRoute], up: Upstream, per_key: int | None = None) -> Starlette:
@@ -29,15 +38,12 @@ def slowapi_app(routes: list[BaseRoute], up: Upstream, per_key: int | None = Non
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
     from slowapi.middleware import SlowAPIASGIMiddleware
-    from slowapi.util import get_remote_address
 
     if per_key is None:
         limiter = Limiter(key_func=lambda request: "all", default_limits=[f"{int(up.capacity)}/second"],
                           headers_enabled=True)  # fmt: skip
     else:
-        # (a request without a key is its client address's: slowapi skips a limit whose key is empty)
-        limiter = Limiter(key_func=lambda request: request.headers.get("x-api-key") or get_remote_address(request),
-                          default_limits=[f"{per_key}/second"], headers_enabled=True)  # fmt: skip
+        limiter = Limiter(key_func=tenant_key, default_limits=[f"{per_key}/second"], headers_enabled=True)
     app = Starlette(routes=routes)
     app.state.limiter = limiter
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
