@@ -57,10 +57,13 @@ def test_schedule_matrix_smoke(tmp_path) -> None:
 
 
 def test_estimator_trials_smoke(tmp_path) -> None:
-    result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp",
+    result = run(str(BENCH / "estimators.py"), "--seeds", "1", "--estimators", "static,bdp", "--phases", "0,1",
                  "--out", str(tmp_path / "estimators.json"))  # fmt: skip
     assert set(result) == {"static", "bdp"}
     assert set(result["bdp"]["seeds_passing"]) >= {"goodput", "p99", "cv", "recovery"}
+    static = result["static"]
+    assert static["phases"] == [0.0, 1.0] and set(static["within_5s"].values()) == {0.0}  # a static limit never moves
+    assert all(len(runs) == 2 for runs in result["bdp"]["median"]["runs"].values())
 
 
 def test_shared_budget_benchmark_smoke() -> None:

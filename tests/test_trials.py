@@ -20,6 +20,19 @@ def test_median_of_results() -> None:
     assert (m.settle["a"], m.recovery, m.goodput) == (3.0, 2.0, 0.91)
 
 
+def test_a_change_is_moved_by_each_phase_and_every_run_counts_in_the_median() -> None:
+    ramp = trials.STEPS["ramp 50 → 200/s over 20 s"][0]
+    moved = trials._moved(ramp, 0.8)
+    assert moved["workers"] == 5 and moved["capacity"][0] == (20.8, 5.0) and moved["capacity"][-1] == (40.8, 20.0)
+    assert len(trials.PHASES) >= 3 and max(trials.PHASES) >= 2.0  # across a cruise of 1-3 s
+    a = trials.Result("x", {"s": 2.0}, {"s": 1.0}, runs={"s": [1.0, 2.0, None, 9.0]})
+    b = trials.Result("x", {"s": 4.0}, {"s": 1.0}, runs={"s": [3.0, 4.0, 5.0, 6.0]})
+    m = trials.median([a, b])
+    assert m.runs["s"] == [1.0, 2.0, None, 9.0, 3.0, 4.0, 5.0, 6.0]
+    assert m.settle["s"] == 4.0  # of the eight runs, not of the two seeds' medians (2.0)
+    assert m.within("s") == 5 / 8 and a.within("s") == 0.5 and a.within("s", 10.0) == 0.75
+
+
 @pytest.mark.slow
 def test_the_default_estimator_meets_the_criteria_by_median_of_five_seeds() -> None:
     noload = trials.noload_p99()
@@ -30,6 +43,6 @@ def test_the_default_estimator_meets_the_criteria_by_median_of_five_seeds() -> N
 
 @pytest.mark.slow
 def test_a_static_limit_misses_a_capacity_change() -> None:
-    result = trials.run("static", seed=3)
+    result = trials.run("static", seed=3, phases=(0.0,))  # (at any phase: a static limit never moves)
     assert result.settle["step down 50 % (workers)"] is None
     assert result.passes()["goodput"]
