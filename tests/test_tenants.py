@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
-from admitgate.asgi.tenants import HISTORY, NEWCOMERS, SLACK, Tenancy, Tenants, _rates
+from admitgate.asgi.tenants import HISTORY, NEWCOMERS, SLACK, Share, Split, Tenancy, Tenants, _rates
 from admitgate.config import load
 from admitgate.core.fair import fair_shares
 from admitgate.core.gate import ADMITTED, ROOM_WAIT, Decision, Gate, Verdict
@@ -802,6 +802,84 @@ def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion
     tenants.root.backend = object()  # type: ignore[assignment]  # a shared budget: μ is a lease, moving each 0.1 s
     for pool in pools:
         assert pool.share.rate(2.0) == values[pool.name]
+
+
+def test_a_cut_between_reallocations_comes_out_of_the_pools_not_given_all_they_ask() -> None:
+    """Max-min fairness under a cut: a pool given all it asked keeps its rate while the others are left more per
+    weight than it has; below that all are cut in proportion; the rates sum to the root's as before. Cut in
+    proportion at each of the live estimator's re-measurements (¾ of μ for a few tenths of a second), a small tenant
+    beside a herd's was cut below what it asked, and (in the simulator's tenant herd started at the capacity, seed
+    7) one of its requests was turned away after waiting out its pacing window."""
+    source = Rate(200.0)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    Run(tenants).send("herd", 0, 2, 400).send("small", 0, 2, 10).go()
+    pools = {pool.name: pool for pool in tenants.pools(2.0)}
+    herd, small = pools["herd"].share, pools["small"].share
+    assert small.kept and not herd.kept
+    before = {name: pool.share.rate(2.0) for name, pool in pools.items()}
+    assert 10 <= before["small"] < 20 < before["herd"]
+
+    def cut(rate: float) -> dict[object, float]:
+        source.value = rate
+        tenants.root.next_refresh = 2.0
+        tenants.root.refresh(2.0)  # no reallocation yet
+        for pool in pools.values():
+            pool.gate.next_refresh = 2.0
+            pool.gate.refresh(2.0)
+        return {name: pool.gate.pacer.rate for name, pool in pools.items()}
+
+    after = cut(150.0)  # a re-measurement at ¾ of μ
+    assert after["small"] == pytest.approx(before["small"])  # (in proportion: ¾ of it, under what it asks)
+    assert after["herd"] == pytest.approx(before["herd"] - 0.25 * math.fsum(before.values()))  # (all of the cut)
+    assert math.fsum(after.values()) == pytest.approx(0.75 * math.fsum(before.values()))
+    after = cut(2.2 * before["small"])  # the herd's pool left more than the small one: the small keeps its rate
+    assert after["small"] == pytest.approx(before["small"]) and after["herd"] > before["small"]
+    after = cut(20.0)  # it would be left less: all in proportion
+    assert after == pytest.approx({name: rate * 0.1 for name, rate in before.items()})
+    after = cut(300.0)  # a rise: in proportion, as start-up's growth must be followed
+    assert after == pytest.approx({name: rate * 1.5 for name, rate in before.items()})
+    # a pool woken between reallocations is not known to be given all it asks: a cut comes out of it too
+    small.unkeep()
+    assert not small.kept
+    assert cut(150.0) == pytest.approx({name: rate * 0.75 for name, rate in before.items()}, abs=1e-3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.01, 500), st.floats(0.1, 5), st.booleans()), min_size=1, max_size=8),
+    st.floats(0.01, 3.0),
+)
+def test_between_reallocations_the_pools_rates_sum_to_the_roots_and_a_cut_spares_the_kept_while_it_can(
+    pools: list[tuple[float, float, bool]], ratio: float
+) -> None:
+    """For any shares (value, weight, given all it asked) and any move of the root's rate: the rates sum to the
+    root's rate × their sum over the basis, as in proportion; a rise is in proportion; a kept pool is never cut
+    more than in proportion, and while any is spared, each other pool keeps more per weight than any kept pool."""
+    basis = 200.0
+    root = Gate(Rate(basis), Settings(tarpit=0.0))
+    split = Split()
+    shares = []
+    for value, weight, kept in pools:
+        share = Share(value, value, 0.0, root, basis, split)
+        share.kept = kept
+        shares.append((share, weight))
+    held = [share.value / weight for share, weight in shares if share.kept]
+    others = [share.value / weight for share, weight in shares if not share.kept]
+    split.held = math.fsum(share.value for share, _ in shares if share.kept)
+    split.rest = math.fsum(share.value for share, _ in shares if not share.kept)
+    split.high, split.low = max(held, default=0.0), min(others, default=math.inf)
+    root.pacer.set_rate(basis * ratio, 0.0)
+    rates = [(share.rate(0.0), share, weight) for share, weight in shares]
+    total = math.fsum(share.value for share, _ in shares)
+    assert math.fsum(rate for rate, _, _ in rates) == pytest.approx(total * ratio, rel=1e-9)
+    for rate, share, _ in rates:
+        assert rate >= 0
+        if ratio >= 1 or share.kept:
+            assert rate >= share.value * ratio * (1 - 1e-9)
+    spared = [share for rate, share, _ in rates if share.kept and rate > share.value * ratio * (1 + 1e-9)]
+    if spared:
+        least = min(rate / weight for rate, share, weight in rates if not share.kept)
+        assert least >= max(share.value / weight for share, weight in shares if share.kept) * (1 - 1e-9)
 
 
 def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_shares_basis() -> None:

@@ -213,14 +213,23 @@ class Share:
     admissions below the rate it was testing, so it grew on (to 1.5 times the capacity in the simulator's
     tenant herd) and then drained the queue it had built. With a shared budget the root's rate is its lease,
     which moves with every grant (10/s between herds): there the pools keep their shares until the next
-    reallocation (followed, the fleet's tenant herd drained at 1.17-1.19 where it drains at 1.13-1.14)."""
+    reallocation (followed, the fleet's tenant herd drained at 1.17-1.19 where it drains at 1.13-1.14).
 
-    __slots__ = ("basis", "capacity", "entitlement", "growth", "root", "value", "whole")
+    A cut follows max-min fairness, not the proportion: it comes out of the pools the last reallocation could not
+    give all they asked (``kept`` False), and a pool given all it asked keeps its rate while those pools, per weight,
+    are still left more than it has (see :class:`Split`). Cut in proportion, a small tenant beside a herd's was cut
+    below what it asked at each of the estimator's re-measurements (¾ of μ for a few tenths of a second) and drains,
+    its paced requests outran their window, and one was turned away."""
 
-    def __init__(self, value: float, capacity: float, growth: float, root: Gate, basis: float) -> None:
+    __slots__ = ("basis", "capacity", "entitlement", "growth", "kept", "root", "split", "value", "whole")
+
+    def __init__(self, value: float, capacity: float, growth: float, root: Gate, basis: float,
+                 split: Split | None = None) -> None:  # fmt: skip
         self.value, self.capacity, self.entitlement, self.growth = value, capacity, capacity, growth
         self.root, self.basis = root, basis
         self.whole = 1.0
+        self.split = split
+        self.kept = False  #: the last reallocation gave it all it asked
 
     def rate(self, now: float) -> float:
         return self.value * self.scale
@@ -233,9 +242,44 @@ class Share:
 
     @property
     def scale(self) -> float:
-        """The root's rate now over ``basis`` (1 with a shared budget): what turns a share into requests/s now."""
+        """What turns a share into requests/s now (1 with a shared budget): the root's rate now over ``basis``, but
+        for a cut, which comes out of the pools not ``kept`` first (see :class:`Split`)."""
         root = self.root
-        return root.pacer.rate / self.basis if self.basis > 0 and root.backend is None else 1.0
+        if self.basis <= 0 or root.backend is not None:
+            return 1.0
+        ratio = root.pacer.rate / self.basis
+        split = self.split
+        if ratio >= 1.0 or split is None or split.rest <= 0 or split.held <= 0:
+            return ratio
+        left = 1.0 - (split.held + split.rest) * (1.0 - ratio) / split.rest  # what the others keep of theirs
+        if left * split.low < split.high:  # they would be left less per weight than a kept pool has: in proportion
+            return ratio
+        return 1.0 if self.kept else left
+
+    def unkeep(self) -> None:
+        """Count it among the pools a cut comes out of (see :class:`Split`)."""
+        split = self.split
+        if self.kept and split is not None:
+            split.held -= self.value
+            split.rest += self.value
+        self.kept = False
+
+
+class Split:
+    """The pools' shares as the last reallocation gave them, requests/s in the shares' units: ``held`` in the pools
+    given all they asked (:attr:`Share.kept`), ``rest`` in the others; ``high``, the most a kept pool was given per
+    weight, and ``low``, the least any other was. Between reallocations the pools' rates sum to the root's rate
+    (their sum scaled by it) as before, but a cut comes out of ``rest``: the kept pools keep theirs while the
+    others are left at least ``high`` per weight (max-min fairness's water level, which a cut lowers, stays above
+    them), and below that all are cut in proportion. ``held`` and ``rest`` follow each share set between
+    reallocations (:meth:`Pool.set_share`); whatever they miss (a pool dropped from the table) the replica's bucket
+    (:attr:`Gate.guard`) bounds, as every pool's admissions are charged there too."""
+
+    __slots__ = ("held", "high", "low", "rest")
+
+    def __init__(self) -> None:
+        self.held = self.rest = self.high = 0.0
+        self.low = math.inf
 
 
 class Candidate:
@@ -301,7 +345,14 @@ class Pool:
         Retry-After at ``entitlement`` or ``promise`` (requests/s), whichever is more:
         ``promise`` is what it gets if it stays busy while the others use what they used."""
         share = self.share
-        share.value, share.capacity = max(rate, MIN_RATE), max(rate, entitlement, promise, MIN_RATE)
+        value = max(rate, MIN_RATE)
+        split = share.split
+        if split is not None:
+            if share.kept:
+                split.held += value - share.value
+            else:
+                split.rest += value - share.value
+        share.value, share.capacity = value, max(rate, entitlement, promise, MIN_RATE)
         share.entitlement = max(entitlement, MIN_RATE)
         if burst != self.gate.pacer.burst:
             self.gate.pacer.set_burst(burst, now)
@@ -354,6 +405,7 @@ class Tenants:
         #: what Retry-After is told by over ``_available`` (see rebalance), as of the last reallocation
         self._scale = 1.0
         self._told = self._available  # what Retry-After is told by, as of the last reallocation (see rebalance)
+        self._split = Split()  # the pools' shares, kept and not (see Share.scale)
         self._critical = root.stats.critical
         self._last = now
         self.next_rebalance = now + tenancy.interval
@@ -474,6 +526,7 @@ class Tenants:
         """
         pool.awake = True
         self._active_weight += pool.weight
+        pool.share.unkeep()  # (what it is given is not known to be all it asks until the next reallocation)
         entitlement = self._entitlement(pool.weight, self._active_weight)
         passed = self._reclaim(pool, math.inf, now)
         borrowed, wanted = 0.0, entitlement
@@ -710,7 +763,8 @@ class Tenants:
 
     def _pool(self, name: Hashable, weight: float, now: float) -> Pool:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
-        share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu)
+        share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu, self._split)
+        self._split.rest += entitlement
         gate = Gate(share, self._settings, now=now)
         if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
             gate.pacer.cap(0.0, now)
@@ -933,6 +987,7 @@ class Tenants:
             for index, weight in weights.items():
                 if index != newcomers:
                     entitlements[index] = (available - sure) * weight / others
+        kept = {index for index, rate in shares.items() if rate >= demands[index] * (1.0 - 1e-9)}  # all they ask
         left = max(0.0, available - math.fsum(shares.values()))
         for index in shares:
             shares[index] += left * weights[index] / total
@@ -947,9 +1002,12 @@ class Tenants:
         growth = root.growth  # the estimator's pace now (start-up's, then probing's): each schedule's forecast
         whole = root.whole
         spare: list[tuple[float, int, Pool]] = []
+        held = rest = high = 0.0
+        low = math.inf
         for index, pool in enumerate(pools):
             pool.share.growth, pool.share.whole = growth, whole
             pool.share.basis = mu
+            pool.share.kept = index not in shares or index in kept  # (asleep: it keeps its token's rate)
             if index in shares:
                 # Awake: its weight is among the active ones. (A pool asleep whose clients' places made it ask
                 # was given its share here and then, on its next request, woken anew to what the others left,
@@ -972,6 +1030,16 @@ class Tenants:
                 pool.awake, pool.use = False, 0.0
                 pool.set_share(MIN_RATE, self._entitlement(pool.weight, total + pool.weight), 1.0, now)
                 pool.gate.pacer.cap(0.0, now)
+            value, share = pool.share.value, pool.share
+            if share.kept:
+                held += value
+                if index in shares:
+                    high = max(high, value / pool.weight)
+            else:
+                rest += value
+                low = min(low, value / pool.weight)
+        split = self._split
+        split.held, split.rest, split.high, split.low = held, rest, high, low
         self._refill_credit(now)
         spare.sort(key=lambda item: (item[0], item[1]))
         self._spare = [pool for _, _, pool in spare]
