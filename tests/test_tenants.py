@@ -839,7 +839,7 @@ def test_a_cut_between_reallocations_comes_out_of_the_pools_not_given_all_they_a
     after = cut(300.0)  # a rise: in proportion, as start-up's growth must be followed
     assert after == pytest.approx({name: rate * 1.5 for name, rate in before.items()})
     # a pool woken between reallocations is not known to be given all it asks: a cut comes out of it too
-    small.unkeep()
+    small.unkeep(1.0)
     assert not small.kept
     assert cut(150.0) == pytest.approx({name: rate * 0.75 for name, rate in before.items()}, abs=1e-3)
 
@@ -880,6 +880,48 @@ def test_between_reallocations_the_pools_rates_sum_to_the_roots_and_a_cut_spares
     if spared:
         least = min(rate / weight for rate, share, weight in rates if not share.kept)
         assert least >= max(share.value / weight for share, weight in shares if share.kept) * (1 - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d", None]), st.floats(0.0, 0.05), st.one_of(st.none(), st.floats(5, 400))
+        ),
+        min_size=20,
+        max_size=200,
+    ),
+    st.floats(0.1, 5.0),
+)
+def test_the_split_follows_the_pools_through_requests_wake_ups_and_moves_of_the_capacity(
+    events: list[tuple[str | None, float, float | None]], weight: float
+) -> None:
+    """Driven through the table (requests of tenants that come and go, a keyless one, the capacity moving between
+    reallocations): the split's sums are the live pools' kept and other shares, its least per weight is at most any
+    other pool's, and the pools' rates sum to what they sum to in proportion (the root's rate now over μ at the last
+    reallocation, times their shares): a cut is only shared differently."""
+    source = Rate(200.0)
+    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5, weights={"a": weight}),
+                      Gate(source, Settings(tarpit=0.0)))  # fmt: skip
+    now = 0.0
+    for name, gap, rate in events:
+        now += gap
+        if rate is not None:
+            source.value = rate
+            tenants.root.next_refresh = now
+        tenants.admit(1.0, DEFAULT, now, lambda: None, scope(name))
+        pools = tenants.pools(now)
+        split = tenants._split
+        kept = [pool for pool in pools if pool.share.kept]
+        others = [pool for pool in pools if not pool.share.kept]
+        assert split.held == pytest.approx(math.fsum(pool.share.value for pool in kept), abs=1e-6)
+        assert split.rest == pytest.approx(math.fsum(pool.share.value for pool in others), abs=1e-6)
+        assert all(split.low <= pool.share.value / pool.weight * (1 + 1e-9) for pool in others)
+        rates = [pool.share.rate(now) for pool in pools]
+        assert all(rate >= 0 for rate in rates)
+        ratio = tenants.root.pacer.rate / tenants._mu  # (every pool's basis: μ as of the last reallocation)
+        assert all(pool.share.basis == tenants._mu for pool in pools)
+        assert math.fsum(rates) == pytest.approx(ratio * (split.held + split.rest), rel=1e-9)  # as in proportion
 
 
 def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_shares_basis() -> None:

@@ -252,16 +252,17 @@ class Share:
         if ratio >= 1.0 or split is None or split.rest <= 0 or split.held <= 0:
             return ratio
         left = 1.0 - (split.held + split.rest) * (1.0 - ratio) / split.rest  # what the others keep of theirs
-        if left * split.low < split.high:  # they would be left less per weight than a kept pool has: in proportion
+        if not left > 0 or left * split.low < split.high:  # less per weight than a kept pool has: in proportion
             return ratio
         return 1.0 if self.kept else left
 
-    def unkeep(self) -> None:
-        """Count it among the pools a cut comes out of (see :class:`Split`)."""
+    def unkeep(self, weight: float) -> None:
+        """Count it (of ``weight``) among the pools a cut comes out of (see :class:`Split`)."""
         split = self.split
         if self.kept and split is not None:
             split.held -= self.value
             split.rest += self.value
+            split.low = min(split.low, self.value / weight)
         self.kept = False
 
 
@@ -352,6 +353,7 @@ class Pool:
                 split.held += value - share.value
             else:
                 split.rest += value - share.value
+                split.low = min(split.low, value / self.weight)
         share.value, share.capacity = value, max(rate, entitlement, promise, MIN_RATE)
         share.entitlement = max(entitlement, MIN_RATE)
         if burst != self.gate.pacer.burst:
@@ -526,7 +528,7 @@ class Tenants:
         """
         pool.awake = True
         self._active_weight += pool.weight
-        pool.share.unkeep()  # (what it is given is not known to be all it asks until the next reallocation)
+        pool.share.unkeep(pool.weight)  # (what it is given is not known to be all it asks until the next reallocation)
         entitlement = self._entitlement(pool.weight, self._active_weight)
         passed = self._reclaim(pool, math.inf, now)
         borrowed, wanted = 0.0, entitlement
@@ -765,6 +767,7 @@ class Tenants:
         entitlement = max(self._entitlement(weight, self._active_weight + weight), MIN_RATE)
         share = Share(entitlement, entitlement, self.root.growth, self.root, self._mu, self._split)
         self._split.rest += entitlement
+        self._split.low = min(self._split.low, entitlement / weight)
         gate = Gate(share, self._settings, now=now)
         if name is not NEWCOMERS:  # (the first pool holds the root's burst; the others are given theirs as they wake)
             gate.pacer.cap(0.0, now)
@@ -861,7 +864,8 @@ class Tenants:
 
         Each asking pool is given its fair share of the measured demands, and what they leave (when they
         ask for less than the capacity) is divided among them by weight: these rates sum to the capacity as of
-        the reallocation (between reallocations each follows it in proportion, see :class:`Share`).
+        the reallocation (between reallocations they follow it: a rise in proportion, a cut first out of the pools not
+        given all they ask, see :class:`Share`).
         Idle pools keep a rate of ``MIN_RATE`` until they ask (a pool asking every few seconds is not idle between:
         it keeps a token per period). (A pool given what it asks was given room to
         grow, up to ``demand × SLACK + 1``, taken from nobody: the rates summed to more than the capacity, and
@@ -1033,7 +1037,7 @@ class Tenants:
             value, share = pool.share.value, pool.share
             if share.kept:
                 held += value
-                if index in shares:
+                if index in shares and not (floored and index == newcomers):  # (a floor is no water level)
                     high = max(high, value / pool.weight)
             else:
                 rest += value
