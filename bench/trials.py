@@ -9,8 +9,9 @@ Criteria:
 
 * after a step (capacity halved by losing workers; halved by a slower service, which also doubles
   the baseline latency; doubled), the capacity estimate is within 15 % of the truth within 5 s and
-  stays there; after a ramp (50 → 200/s over 20 s), within 5 s of the ramp's end. Each change is run at
-  each of :data:`PHASES` (moved by that many seconds), and a settle time is the median over them;
+  stays there (within 15 % at least 80 % of the time from then on, :data:`STAYS`); after a ramp
+  (50 → 200/s over 20 s), the same from the ramp's end. Each change is run at each of :data:`PHASES`
+  (moved by that many seconds), and a settle time is the median over them;
 * under 2× overload: goodput ≥ 90 % of capacity, p99 latency of admitted requests ≤ 2× the
   no-load p99, coefficient of variation of the admitted rate per second < 10 %;
 * after the overload ends (demand falls to 80 % of capacity), the gate stops shedding within 10 s.
@@ -29,12 +30,15 @@ from admitgate.sim.scenario import Scenario
 CAPACITY = 200.0
 ESTIMATORS = ("static", "bdp", "gradient", "aimd")
 TOLERANCE = 0.15
+#: "Stays there": the least share of the time after a change is first tracked that the estimate is within 15 %.
+STAYS = 0.8
 #: Seconds each change is moved by, so that it meets an estimator at several points of its own cycle (bdp's
 #: probe, drain and cruise take 2-4 s). A change at one fixed instant meets every seed at about the same point
 #: of it, since every seed starts alike, and a settle time read there says as much about that point as about the
 #: estimator: bdp found a step up in a median of 3.9 s (15 seeds) with the step at 30 s, and 4.1-4.6 s with it
 #: moved by 0.4-2.8 s; a start-up change that left the median over all eight instants as it was (4.4 s against
-#: 4.3 s) read 4.8 s at 30 s, and failed the 5 s asked on five seeds (bench/results/trials-phases-39.json).
+#: 4.3 s) read 4.8 s at 30 s over those seeds, and 5.2 s over the five the test runs, failing the 5 s asked there
+#: (bench/results/trials-phases-39.json).
 PHASES = (0.0, 1.0, 2.0)
 
 
@@ -83,7 +87,7 @@ class Result:
         return sum(s is not None and s <= limit for s in runs) / len(runs)
 
     def passes(self) -> dict[str, bool]:
-        out = {name: s is not None and s <= 5.0 for name, s in self.settle.items()}
+        out = {name: s is not None and s <= 5.0 and self.tracking[name] >= STAYS for name, s in self.settle.items()}
         out["goodput"] = self.goodput >= 0.9
         out["p99"] = self.p99 <= 2 * self.p99_noload
         out["cv"] = self.cv < 0.10

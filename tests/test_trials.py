@@ -13,6 +13,15 @@ def test_settle_time_and_tracking() -> None:
     assert trials.settle_time([(0.0, 100.0, 0.0, None)], 0.0) == (None, 0.0)
 
 
+def test_a_change_is_met_when_found_within_5_s_and_tracked_most_of_the_time_after() -> None:
+    def result(settle: float | None, tracking: float) -> trials.Result:
+        return trials.Result("x", {"s": settle}, {"s": tracking}, 0.95, 0.2, 0.2, 0.05, 1.0)
+
+    assert result(4.0, 0.9).passes()["s"] and result(5.0, trials.STAYS).passes()["s"]
+    assert not result(5.1, 1.0).passes()["s"] and not result(None, 0.0).passes()["s"]
+    assert not result(0.8, 0.33).passes()["s"]  # found at once and left again (gradient's step down)
+
+
 def test_median_of_results() -> None:
     rs = [trials.Result("x", {"a": s}, {"a": 1.0}, 0.9 + i / 100, 0.2, 0.1, 0.05, r)
           for i, (s, r) in enumerate([(1.0, 2.0), (None, None), (3.0, 1.0)])]  # fmt: skip
