@@ -50,6 +50,25 @@ def test_bdp_starts_up_fast_then_probes_by_its_gain_once_it_has_seen_saturation(
     assert e.state == "probing"
 
 
+def test_bdp_paces_start_up_at_twice_what_is_delivered() -> None:
+    """BBR's start-up: until the service is first seen saturated, the rate is at least twice what it delivers, so a
+    herd landing on a service far above the first guess fills it within a few latencies, not seconds of growth."""
+    e = BandwidthDelay(cruise=0, confirm=1, seed=1)
+    # 100/s offered and delivered, no queue: a tenth of a second's growth at 2x a second would give 107/s
+    assert e.estimate(window(now=0.1)) == pytest.approx(200.0)
+    assert e.state == "starting"
+    # what is delivered lags the rate: 150/s delivered of 200/s offered, still no queue
+    assert e.estimate(window(now=0.2, rate=200.0, completion=150.0, busy=15.0)) == pytest.approx(300.0)
+    # a queue: held while it stands (no pace on top of it), then the capacity is what was delivered
+    assert e.estimate(window(now=0.3, rate=300.0, completion=180.0, busy=60.0)) == 300.0
+    e.estimate(window(now=0.9, rate=300.0, completion=180.0, busy=60.0))
+    assert e.state == "draining" and e.mu == 180.0
+    drain_to_cruise(e)
+    # start-up is over: the rate grows by the probing gain, whatever is delivered
+    assert e.estimate(window(now=5.0, rate=180.0, completion=180.0, busy=18.0)) == pytest.approx(180.0 * 1.25**0.1)
+    assert e.state == "probing"
+
+
 def drain_to_cruise(e: BandwidthDelay) -> None:
     while e.state == "draining":  # the queue drains
         e.estimate(window(now=e._drain_at + 2, rate=180.0, completion=180.0, busy=18.0))

@@ -106,6 +106,9 @@ MAX_FILTER = 1.0
 #: After an outage, the share of the capacity known before it (faded) that the rate resumes at once the
 #: service serves again at its baseline latency; start-up finds the rest, a queue finds less.
 RESUME = 0.5
+#: Until the service is first seen saturated, the rate is at least this many times what it delivers (BBR's start-up
+#: paces at 2/ln 2 of its bandwidth estimate): delivery doubling each latency, not the rate doubling each second.
+STARTUP_PACE = 2.0
 
 
 class Baseline:
@@ -223,7 +226,9 @@ class BandwidthDelay(_Measured):
     a few per cent under the typical one, and in-flight counts are Poisson-noisy; lower values shed on noise);
     ``probe_gain``: growth of the rate per second while probing (0.25: 2× in about 3 s);
     ``startup_gain``: growth per second until the service has first been seen saturated (1.0: 2× a
-    second, BBR's start-up: a capacity far above the first guess is found in seconds, not tens);
+    second: a capacity far above the first guess is found in seconds, not tens); in that start-up the rate is
+    also at least twice what is delivered (``STARTUP_PACE``, BBR's start-up), so a herd landing on an idle
+    service fills it within a few latencies, the in-flight limit bounding what goes in;
     ``cruise``: seconds held at μ after a drain before probing again, jittered ±50%;
     ``drain_time``: seconds to empty the estimated queue (the drain rate is floored at half of μ);
     ``baseline_window``: seconds of unsaturated time the baseline minimum spans;
@@ -498,9 +503,12 @@ class BandwidthDelay(_Measured):
         gain = self.growth
         # Grow from the rate in force, but never more than two seconds of growth ahead of what is
         # delivered: admissions lag the rate, and a probe must not outrun its own evidence.
-        if w.rate < (1 + 2 * gain) * max(w.completion_rate, s.delivered):
-            return max(mu, w.rate) * (1 + gain) ** w.dt
-        return w.rate
+        rate = w.rate
+        if rate < (1 + 2 * gain) * max(w.completion_rate, s.delivered):
+            rate = max(mu, rate) * (1 + gain) ** w.dt
+        if not self._started:  # start-up: paced at twice what is delivered, as BBR's (doubling each latency)
+            rate = max(rate, STARTUP_PACE * max(s.delivered, w.current or 0.0))
+        return rate
 
     @property
     def growth(self) -> float:
