@@ -69,6 +69,37 @@ def test_bdp_paces_start_up_at_twice_what_is_delivered() -> None:
     assert e.state == "probing"
 
 
+def test_bdp_takes_a_capacity_that_fell_in_a_drain_from_a_queue_emptied_at_all_the_service_can_do() -> None:
+    """A capacity that halves while bdp drains: less goes in than comes out, so the old rule (more going in than
+    coming out) never fired and μ stood at the old capacity until the queue was gone (3 s on a real server, where
+    the queue of 120 timed out). Once a whole max filter's span delivered a tenth under μ and more, it is μ."""
+    e = BandwidthDelay(cruise=0, confirm=1, reprobe=1000, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, rate=250.0, completion=200.0, busy=60.0))
+    e.estimate(window(now=0.8, rate=250.0, completion=200.0, busy=60.0))
+    assert e.state == "draining" and e.mu == 200.0
+    # the capacity halves: 100/s comes out, 70/s goes in, the queue falls by 3 every 0.1 s
+    busy, now = 80.0, 0.8
+    while now < 1.65:  # under a max filter's second of samples in this drain: no verdict yet
+        now, busy = now + 0.1, busy - 3
+        e.estimate(window(now=now, rate=70.0, completion=100.0, busy=busy, admit=70.0))
+    assert e.state == "draining" and e.mu == 200.0
+    while now < 1.95:  # (0.9 s of them from 1.8 s)
+        now, busy = now + 0.1, busy - 3
+        e.estimate(window(now=now, rate=70.0, completion=100.0, busy=busy, admit=70.0))
+    assert e.state == "draining" and e.mu == 100.0
+    # as much going in as coming out at a drain's rate says nothing of a capacity: μ stays
+    e2 = BandwidthDelay(cruise=0, confirm=1, reprobe=1000, seed=1)
+    e2.estimate(window(now=0.1))
+    e2.estimate(window(now=0.2, rate=250.0, completion=200.0, busy=60.0))
+    e2.estimate(window(now=0.8, rate=250.0, completion=200.0, busy=60.0))
+    now = 0.8
+    while now < 2.05:
+        now = now + 0.1
+        e2.estimate(window(now=now, rate=150.0, completion=150.0, busy=60.0, admit=150.0))
+    assert e2.mu == 200.0
+
+
 def drain_to_cruise(e: BandwidthDelay) -> None:
     while e.state == "draining":  # the queue drains
         e.estimate(window(now=e._drain_at + 2, rate=180.0, completion=180.0, busy=18.0))

@@ -447,12 +447,18 @@ class BandwidthDelay(_Measured):
             while samples[0][0] < w.now - MAX_FILTER:
                 samples.popleft()
             best = max(v for _, v in samples)
+            spanned = w.now - samples[0][0] >= 0.9 * MAX_FILTER  # (the samples span the max filter's second)
             if best > s.mu:
                 self.mu = best
                 self._drain_target = max(self._drain_target, self._drain_rate(best, s.queued))
-            elif HEALTHY * s.mu <= best < s.mu and w.admit_rate > 1.1 * s.delivered:
+            elif HEALTHY * s.mu <= best < s.mu and (
+                w.admit_rate > 1.1 * s.delivered or (spanned and best < 0.9 * s.mu and w.admit_rate < 0.9 * s.delivered)
+            ):
                 # More goes in than comes out: the capacity fell while it drained (where as much comes out as
-                # goes in, the drain rate is what is delivered, not the capacity). A new drain begins at the
+                # goes in, the drain rate is what is delivered, not the capacity). Or less goes in than comes
+                # out, for a whole max filter's span, a tenth under μ and more: the queue is emptied at all the
+                # service can do (a real herd's capacity halving in a drain held μ at 140/s for 3 s while
+                # 100/s came out, and the queue of 120 it built timed out). A new drain begins at the
                 # new capacity: what was seen at the old one says nothing now. (Under a quarter of μ is not
                 # taken for a capacity: a service that hangs mid-drain keeps the μ it had, and is cut by the
                 # drain's plateau logic; start-up from the floor would take seconds to find μ again.)
