@@ -100,6 +100,56 @@ def test_bdp_takes_a_capacity_that_fell_in_a_drain_from_a_queue_emptied_at_all_t
     assert e2.mu == 200.0
 
 
+def test_bdp_start_up_pace_leaves_the_end_of_a_pause_to_the_rate_held() -> None:
+    """The update that ends a pause is applied undamped; right after a stall the 0.2 s rate is the catch-up burst,
+    no capacity (see _signals). So that update resumes the rate held, not twice the burst (600/s here)."""
+    e = BandwidthDelay(seed=1)
+    e.estimate(dataclasses.replace(window(now=0.1), delivered=100.0, current=100.0))
+    rate, now = 200.0, 0.1
+    while e.state != "paused":  # a stall: nothing served, in flight climbs
+        now = round(now + 0.1, 1)
+        rate = e.estimate(dataclasses.replace(window(now=now, rate=rate, completion=60.0, busy=20.0 + 100 * now),
+                                              delivered=40.0, current=0.0))  # fmt: skip
+        assert now < 1.0
+    end = e.estimate(dataclasses.replace(window(now=now + 0.1, rate=rate, completion=100.0, busy=12.0, admit=50.0),
+                                         delivered=120.0, current=300.0))  # fmt: skip
+    assert e.pausing and e.state == "starting" and end == pytest.approx(200.0)
+
+
+def _slower(before: float, after: float, at: float = 10.0, demand: float = 400.0, until: float = 30.0) -> float:
+    """μ after a service with as many workers as it is sent (no queue can form) got slower at ``at`` s: latency
+    ``before`` → ``after`` s. Windows built as LiveCapacity builds them, its ×1.25 a step applied (a fluid model)."""
+    e, rate, now = BandwidthDelay(seed=1), 100.0, 0.0
+    admitted: list[float] = []
+    completed: list[float] = []
+    busy: list[float] = []
+    flight: list[tuple[float, float]] = []  # (due, requests)
+    while now < until - 1e-9:
+        latency = before if now < at else after
+        admitted.append(min(demand, rate) * 0.1)
+        flight.append((now + latency, admitted[-1]))
+        now += 0.1
+        completed.append(sum(n for due, n in flight if due <= now + 1e-9))
+        flight = [(due, n) for due, n in flight if due > now + 1e-9]
+        busy.append(sum(n for _, n in flight))
+        per = lambda xs, n: sum(xs[-n:]) / (len(xs[-n:]) * 0.1)  # noqa: E731
+        w = Window(now, 0.1, 100, per(completed, 10), latency, 0, int(busy[-1]), sum(busy[-2:]) / len(busy[-2:]),
+                   latency, per(admitted, 2), demand > rate, rate, per(completed, 5), per(completed, 2))  # fmt: skip
+        target = e.estimate(w)
+        step = math.inf if e.pausing else 1.25
+        rate = min(max(target, rate / step), rate * step)
+    assert e.mu is not None
+    return e.mu
+
+
+@pytest.mark.parametrize("before,after", [(0.1, 0.25), (0.2, 0.6), (0.3, 0.9)])
+def test_bdp_keeps_its_capacity_through_a_drain_on_a_service_that_only_got_slower(before: float, after: float) -> None:
+    """No queue can form, yet more is in flight than the throughput explains: bdp drains, cuts a quarter at the
+    plateau and tells a slower service by Little's latency. While that cut is pending, admissions are below what
+    is delivered by design: no capacity fell (a rule that read it as one cut μ from 400/s to 22/s in 20 s)."""
+    assert _slower(before, after) > 200.0
+
+
 def drain_to_cruise(e: BandwidthDelay) -> None:
     while e.state == "draining":  # the queue drains
         e.estimate(window(now=e._drain_at + 2, rate=180.0, completion=180.0, busy=18.0))

@@ -452,16 +452,20 @@ class BandwidthDelay(_Measured):
                 self.mu = best
                 self._drain_target = max(self._drain_target, self._drain_rate(best, s.queued))
             elif HEALTHY * s.mu <= best < s.mu and (
-                w.admit_rate > 1.1 * s.delivered or (spanned and best < 0.9 * s.mu and w.admit_rate < 0.9 * s.delivered)
+                w.admit_rate > 1.1 * s.delivered
+                or (self._plateau is None and spanned and best < 0.9 * s.mu and w.admit_rate < 0.9 * s.delivered)
             ):
                 # More goes in than comes out: the capacity fell while it drained (where as much comes out as
                 # goes in, the drain rate is what is delivered, not the capacity). Or less goes in than comes
-                # out, for a whole max filter's span, a tenth under μ and more: the queue is emptied at all the
-                # service can do (a real herd's capacity halving in a drain held μ at 140/s for 3 s while
-                # 100/s came out, and the queue of 120 it built timed out). A new drain begins at the
-                # new capacity: what was seen at the old one says nothing now. (Under a quarter of μ is not
-                # taken for a capacity: a service that hangs mid-drain keeps the μ it had, and is cut by the
-                # drain's plateau logic; start-up from the floor would take seconds to find μ again.)
+                # out (the newest 0.2 s against the 0.5 s delivered rate) while 0.9 s of this drain's samples
+                # all read a tenth under μ and more: the queue is emptied at all the service can do (a real
+                # herd's capacity halving in a drain held μ at 140/s for 3 s while 100/s came out, and the
+                # queue of 120 it built timed out). Not while the plateau's quarter cut is being judged: less
+                # goes in than comes out then by design, and a service that only got slower must reach the
+                # second plateau (this rule, firing there, cut μ from 400/s to 22/s in 20 s). A new drain
+                # begins at the new capacity: what was seen at the old one says nothing now. (Under a quarter
+                # of μ is not taken for a capacity: a service that hangs mid-drain keeps the μ it had, and is
+                # cut by the drain's plateau logic; start-up from the floor would take seconds to find μ again.)
                 self.mu = best
                 self._drain_target = min(self._drain_target, self._drain_rate(self.mu, s.queued))
                 self._drain_at, self._drain_busy, self._plateau = w.now, w.busy, None
@@ -512,7 +516,9 @@ class BandwidthDelay(_Measured):
         rate = w.rate
         if rate < (1 + 2 * gain) * max(w.completion_rate, s.delivered):
             rate = max(mu, rate) * (1 + gain) ** w.dt
-        if not self._started:  # start-up: paced at twice what is delivered, as BBR's (doubling each latency)
+        # Start-up: paced at twice what is delivered, as BBR's (doubling each latency). Not in the update that ends
+        # a pause: it is applied undamped, and the 0.2 s rate past a stall is the catch-up burst, no capacity.
+        if not self._started and not self.pausing:
             rate = max(rate, STARTUP_PACE * max(s.delivered, w.current or 0.0))
         return rate
 
