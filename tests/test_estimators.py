@@ -264,6 +264,45 @@ def test_bdp_re_measures_its_baseline_at_three_quarters_of_mu() -> None:
     assert e._reprobe_at > at + 8
 
 
+def test_bdp_re_measures_only_when_its_baseline_has_not_been_seen_for_the_interval() -> None:
+    """BBR's min-RTT filter: windows that read the baseline push the re-measurement back (it would cost a quarter
+    of μ for a few latencies and find what they show); a standing queue that hides it does not."""
+
+    def first_re_measurement(latency: float, busy: float, until: float = 40.0) -> float | None:
+        e = BandwidthDelay(cruise=0, reprobe=10.0, seed=1)
+        e.estimate(window(now=0.1))  # baseline 0.1 s
+        e._started = True
+        now = 0.1
+        while now < until:
+            now = round(now + 0.1, 1)
+            e.estimate(window(now=now, rate=100.0, completion=100.0, latency=latency, busy=busy))
+            if e.state == "re-measuring":
+                return now
+        return None
+
+    assert first_re_measurement(0.105, 10.5) is None  # 5 % over the lowest window: seen, 40 s and no cost
+    at = first_re_measurement(0.13, 13.0)  # a queue of 3 in 13 (under bdp's tolerance): measured as due
+    assert at is not None and 8.5 <= at <= 11.6
+
+
+def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_new_normal() -> None:
+    """That verdict (Little's latency stayed put when admissions were cut) can be a queue in balance; the next
+    re-measurement checks it, windows at the new baseline do not put it off."""
+    e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, reprobe=10.0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
+    target = e.estimate(window(now=0.8, completion=100.0, latency=0.2, busy=20.0))
+    now = 0.8
+    while e.state == "draining":
+        now = round(now + 0.1, 1)
+        target = e.estimate(window(now=now, completion=target, admit=target, latency=0.2, busy=target * 0.2))
+    assert e.baseline == pytest.approx(0.2)
+    while e.state != "re-measuring" and now < 30:
+        now = round(now + 0.1, 1)
+        e.estimate(window(now=now, rate=100.0, completion=100.0, latency=0.2, busy=20.0))
+    assert e.state == "re-measuring" and now <= 11.6
+
+
 def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() -> None:
     e = BandwidthDelay(tolerance=0.5, confirm=2, cruise=0, seed=1)
     e.estimate(window(now=0.1))

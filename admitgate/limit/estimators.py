@@ -109,6 +109,11 @@ RESUME = 0.5
 #: Until the service is first seen saturated, the rate is at least this many times what it delivers (BBR's start-up
 #: paces at 2/ln 2 of its bandwidth estimate): delivery doubling each latency, not the rate doubling each second.
 STARTUP_PACE = 2.0
+#: A window whose completions took at most this many times the lowest baseline since the last re-measurement has
+#: seen the baseline: the next re-measurement is due ``reprobe`` s after it (BBR's min-RTT filter, refreshed by a
+#: sample at its minimum). Window means sit a few per cent above the lowest one; a queue of a tenth of what is
+#: in flight reads above this.
+BASELINE_SEEN = 1.1
 
 
 class Baseline:
@@ -234,7 +239,8 @@ class BandwidthDelay(_Measured):
     ``baseline_window``: seconds of unsaturated time the baseline minimum spans;
     ``reprobe``: seconds (±15 %) between re-measurements of the baseline at 3/4 of μ, for a few
     latencies (about 1 % of the throughput at the defaults; a queue the estimate grew used as its
-    own baseline would otherwise never drain).
+    own baseline would otherwise never drain); it is not due while windows read the lowest baseline
+    since the last one (``BASELINE_SEEN``), as BBR's is not while its min-RTT filter is refreshed.
     """
 
     name = "bdp"
@@ -277,6 +283,9 @@ class BandwidthDelay(_Measured):
         self._quiet_until = 0.0  # end of the current re-measurement
         self._quiet_busy = 0.0  # fewest in flight seen during it
         self._quiet = 0.0  # the rate admitted during it
+        #: the lowest baseline since the last re-measurement (a drain's verdict that the service got slower
+        #: raises the baseline, not this: that verdict, maybe a queue in balance, is checked by the next one)
+        self._anchor = math.inf
 
     @property
     def state(self) -> str:
@@ -391,6 +400,7 @@ class BandwidthDelay(_Measured):
         # the lag of latencies measured at completion. (While the service drops requests, there is.)
         if not w.drops and w.admit_rate >= LITTLE_MIN_RATE:
             self._baseline.reset(self._little(w))
+        self._anchor = self._baseline.value or math.inf
         self._reprobe_at = self._reprobe_after(w.now)
         self.phase = Phase.PROBING  # carry on where it was: a re-measurement is not evidence of a queue
         return s.mu
@@ -497,6 +507,7 @@ class BandwidthDelay(_Measured):
     def _open(self, w: Window, s: _Signals) -> float:
         """No queue: hold when demand is below the rate, cruise after a drain, else grow the rate."""
         self._baseline.observe(w.latency, w.dt)
+        self._seen(w)
         mu = s.mu
         if not w.limiting:
             self.phase = Phase.APP_LIMITED  # demand is below the rate: nothing to learn, hold
@@ -521,6 +532,12 @@ class BandwidthDelay(_Measured):
         if not self._started and not self.pausing:
             rate = max(rate, STARTUP_PACE * max(s.delivered, w.current or 0.0))
         return rate
+
+    def _seen(self, w: Window) -> None:
+        """Push the next re-measurement back if this window read the baseline (BASELINE_SEEN)."""
+        self._anchor = min(self._anchor, self._baseline.value or math.inf)
+        if not w.drops and w.latency <= BASELINE_SEEN * self._anchor and self._reprobe_at is not None:
+            self._reprobe_at = max(self._reprobe_at, w.now + self.reprobe)
 
     @property
     def growth(self) -> float:
