@@ -264,25 +264,46 @@ def test_bdp_re_measures_its_baseline_at_three_quarters_of_mu() -> None:
     assert e._reprobe_at > at + 8
 
 
-def test_bdp_re_measures_only_when_its_baseline_has_not_been_seen_for_the_interval() -> None:
-    """BBR's min-RTT filter: windows that read the baseline push the re-measurement back (it would cost a quarter
-    of μ for a few latencies and find what they show); a standing queue that hides it does not."""
-
-    def first_re_measurement(latency: float, busy: float, until: float = 40.0) -> float | None:
-        e = BandwidthDelay(cruise=0, reprobe=10.0, seed=1)
-        e.estimate(window(now=0.1))  # baseline 0.1 s
-        e._started = True
-        now = 0.1
-        while now < until:
-            now = round(now + 0.1, 1)
-            e.estimate(window(now=now, rate=100.0, completion=100.0, latency=latency, busy=busy))
+def _serve(e: BandwidthDelay, now: float, until: float, queue, drop_once: bool = False) -> list[float]:
+    """Drive ``e`` against a service of 100/s at 0.1 s of its own latency with ``queue(e)`` requests standing in front
+    of it while 100/s goes in; admitting at 3/4 of μ drains it (a re-measurement reads 0.1 s). ``drop_once``: a 503
+    in the window that ends the first re-measurement (it cannot reset the baseline then). Returns when each
+    re-measurement began."""
+    began: list[float] = []
+    while now < until - 1e-9:
+        now = round(now + 0.1, 1)
+        if e.state == "re-measuring":
+            quiet, drops = e._quiet, int(drop_once and len(began) == 1 and now >= e._quiet_until)
+            e.estimate(window(now=now, rate=quiet, completion=quiet, admit=quiet, busy=quiet * 0.1, drops=drops))
+        else:
+            q = queue(e)
+            e.estimate(window(now=now, latency=0.1 + q / 100, busy=10.0 + q))
             if e.state == "re-measuring":
-                return now
-        return None
+                began.append(now)
+    return began
 
-    assert first_re_measurement(0.105, 10.5) is None  # 5 % over the lowest window: seen, 40 s and no cost
-    at = first_re_measurement(0.13, 13.0)  # a queue of 3 in 13 (under bdp's tolerance): measured as due
-    assert at is not None and 8.5 <= at <= 11.6
+
+def test_bdp_re_measures_only_when_its_baseline_has_not_been_seen_for_the_interval() -> None:
+    """BBR's min-RTT filter: once a re-measurement has measured the baseline, windows that read it push the next
+    one back (it would cost a quarter of μ for a few latencies and find what they show); a standing queue that hides
+    it does not."""
+    for queue, count in ((0.5, 1), (3.0, 5)):  # 5 % over the measured baseline: seen; 30 %: not seen
+        e = BandwidthDelay(cruise=0, reprobe=10.0, seed=1)
+        e.estimate(window(now=0.1))
+        e._started = True
+        began = _serve(e, 0.1, 60.0, lambda e, q=queue: q)
+        assert len(began) >= count if count > 1 else len(began) == 1, (queue, began)
+        assert 8.5 <= began[0] <= 11.6  # the first is always due: nothing had measured the baseline
+
+
+def test_bdp_re_measures_a_first_baseline_that_held_a_queue() -> None:
+    """The gate starts (a restart, a new replica) in front of a queue of 10 in balance: its first baseline is 0.2 s.
+    Windows at 0.2 s must not pass for the baseline seen: only a re-measurement anchors that."""
+    e = BandwidthDelay(cruise=0, reprobe=10.0, seed=1)
+    e.estimate(window(now=0.1, latency=0.2, busy=20.0))
+    e._started = True
+    began = _serve(e, 0.1, 40.0, lambda e: 10.0 if (e.baseline or 0) > 0.15 else 0.0)
+    assert began and began[0] <= 11.6 and e.baseline == pytest.approx(0.1)
 
 
 def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_new_normal() -> None:
@@ -301,6 +322,17 @@ def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_n
         now = round(now + 0.1, 1)
         e.estimate(window(now=now, rate=100.0, completion=100.0, latency=0.2, busy=20.0))
     assert e.state == "re-measuring" and now <= 11.6
+    # and a re-measurement that cannot reset it (a 503 in its last window) anchors nothing: the next one comes
+    e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, reprobe=10.0, seed=1)
+    e.estimate(window(now=0.1))
+    e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
+    target = e.estimate(window(now=0.8, completion=100.0, latency=0.2, busy=20.0))
+    now = 0.8
+    while e.state == "draining":
+        now = round(now + 0.1, 1)
+        target = e.estimate(window(now=now, completion=target, admit=target, latency=0.2, busy=target * 0.2))
+    began = _serve(e, now, 45.0, lambda e: 10.0 if (e.baseline or 0) > 0.15 else 0.0, drop_once=True)
+    assert len(began) >= 2 and e.baseline == pytest.approx(0.1), began
 
 
 def test_bdp_takes_the_delivered_rate_as_capacity_once_a_queue_is_confirmed() -> None:

@@ -109,10 +109,10 @@ RESUME = 0.5
 #: Until the service is first seen saturated, the rate is at least this many times what it delivers (BBR's start-up
 #: paces at 2/ln 2 of its bandwidth estimate): delivery doubling each latency, not the rate doubling each second.
 STARTUP_PACE = 2.0
-#: A window whose completions took at most this many times the lowest baseline since the last re-measurement has
-#: seen the baseline: the next re-measurement is due ``reprobe`` s after it (BBR's min-RTT filter, refreshed by a
-#: sample at its minimum). Window means sit a few per cent above the lowest one; a queue of a tenth of what is
-#: in flight reads above this.
+#: A window whose completions took at most this many times the anchor (the baseline a re-measurement measured, or
+#: lower since) has seen the baseline, and the next re-measurement is due ``reprobe`` s after it: after BBR, whose
+#: PROBE_RTT is due only when no sample has refreshed its min-RTT filter for 10 s. A tenth over, not at: window
+#: means sit a few per cent above their lowest. A queue of a tenth of what is in flight reads above it.
 BASELINE_SEEN = 1.1
 
 
@@ -239,8 +239,8 @@ class BandwidthDelay(_Measured):
     ``baseline_window``: seconds of unsaturated time the baseline minimum spans;
     ``reprobe``: seconds (±15 %) between re-measurements of the baseline at 3/4 of μ, for a few
     latencies (about 1 % of the throughput at the defaults; a queue the estimate grew used as its
-    own baseline would otherwise never drain); it is not due while windows read the lowest baseline
-    since the last one (``BASELINE_SEEN``), as BBR's is not while its min-RTT filter is refreshed.
+    own baseline would otherwise never drain); once one has measured the baseline, the next is not
+    due while windows read it (``BASELINE_SEEN``), after BBR's min-RTT filter.
     """
 
     name = "bdp"
@@ -283,8 +283,9 @@ class BandwidthDelay(_Measured):
         self._quiet_until = 0.0  # end of the current re-measurement
         self._quiet_busy = 0.0  # fewest in flight seen during it
         self._quiet = 0.0  # the rate admitted during it
-        #: the lowest baseline since the last re-measurement (a drain's verdict that the service got slower
-        #: raises the baseline, not this: that verdict, maybe a queue in balance, is checked by the next one)
+        #: the baseline the last re-measurement measured, or lower since (it never rises between them: a drain's
+        #: verdict that the service got slower, maybe a queue in balance, is checked by the next one); inf until
+        #: one has (a first baseline, or one a re-measurement could not reset, may hold a queue)
         self._anchor = math.inf
 
     @property
@@ -400,7 +401,7 @@ class BandwidthDelay(_Measured):
         # the lag of latencies measured at completion. (While the service drops requests, there is.)
         if not w.drops and w.admit_rate >= LITTLE_MIN_RATE:
             self._baseline.reset(self._little(w))
-        self._anchor = self._baseline.value or math.inf
+            self._anchor = self._baseline.value or math.inf  # (only a baseline this measured anchors)
         self._reprobe_at = self._reprobe_after(w.now)
         self.phase = Phase.PROBING  # carry on where it was: a re-measurement is not evidence of a queue
         return s.mu
@@ -535,6 +536,8 @@ class BandwidthDelay(_Measured):
 
     def _seen(self, w: Window) -> None:
         """Push the next re-measurement back if this window read the baseline (BASELINE_SEEN)."""
+        if self._anchor == math.inf:
+            return  # no re-measurement has measured the baseline: nothing says it holds no queue
         self._anchor = min(self._anchor, self._baseline.value or math.inf)
         if not w.drops and w.latency <= BASELINE_SEEN * self._anchor and self._reprobe_at is not None:
             self._reprobe_at = max(self._reprobe_at, w.now + self.reprobe)
