@@ -306,9 +306,8 @@ def test_bdp_re_measures_a_first_baseline_that_held_a_queue() -> None:
     assert began and began[0] <= 11.6 and e.baseline == pytest.approx(0.1)
 
 
-def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_new_normal() -> None:
-    """That verdict (Little's latency stayed put when admissions were cut) can be a queue in balance; the next
-    re-measurement checks it, windows at the new baseline do not put it off."""
+def _verdict() -> tuple[BandwidthDelay, float]:
+    """bdp after a drain's verdict that the service got twice as slow (baseline 0.1 s -> 0.2 s), and when."""
     e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, reprobe=10.0, seed=1)
     e.estimate(window(now=0.1))
     e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
@@ -318,19 +317,19 @@ def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_n
         now = round(now + 0.1, 1)
         target = e.estimate(window(now=now, completion=target, admit=target, latency=0.2, busy=target * 0.2))
     assert e.baseline == pytest.approx(0.2)
+    return e, now
+
+
+def test_bdp_owes_a_re_measurement_after_a_drain_took_a_slower_service_for_the_new_normal() -> None:
+    """That verdict (Little's latency stayed put when admissions were cut) can be a queue in balance; the next
+    re-measurement checks it, windows at the new baseline do not put it off."""
+    e, now = _verdict()
     while e.state != "re-measuring" and now < 30:
         now = round(now + 0.1, 1)
         e.estimate(window(now=now, rate=100.0, completion=100.0, latency=0.2, busy=20.0))
     assert e.state == "re-measuring" and now <= 11.6
     # and a re-measurement that cannot reset it (a 503 in its last window) anchors nothing: the next one comes
-    e = BandwidthDelay(tolerance=0.5, confirm=1, cruise=0, drain_time=0.5, reprobe=10.0, seed=1)
-    e.estimate(window(now=0.1))
-    e.estimate(window(now=0.2, completion=100.0, latency=0.2, busy=20.0))
-    target = e.estimate(window(now=0.8, completion=100.0, latency=0.2, busy=20.0))
-    now = 0.8
-    while e.state == "draining":
-        now = round(now + 0.1, 1)
-        target = e.estimate(window(now=now, completion=target, admit=target, latency=0.2, busy=target * 0.2))
+    e, now = _verdict()
     began = _serve(e, now, 45.0, lambda e: 10.0 if (e.baseline or 0) > 0.15 else 0.0, drop_once=True)
     assert len(began) >= 2 and e.baseline == pytest.approx(0.1), began
 
