@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import json
 import math
 import sys
@@ -20,7 +20,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print("admitgate demo needs uvicorn and httpx: pip install 'admitgate[server]'", file=sys.stderr)
         return 2
-    from .sim.demo import Upstream
+    from .demo import Upstream
 
     upstream = Upstream(args.workers, args.service_time, args.queue_timeout)
     capacity = upstream.capacity
@@ -28,7 +28,7 @@ def _demo(args: argparse.Namespace) -> int:
         return _demo_herd(args, capacity)
     import uvicorn
 
-    from .sim.demo import demo_app
+    from .demo import demo_app
 
     options: dict[str, object] = {}
     if args.gate == "admitgate":
@@ -50,86 +50,15 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server_args(args: argparse.Namespace) -> list[str]:
-    rate = [] if args.rate is None else ["--rate", str(args.rate)]
-    return [
-        "--gate", args.gate, "--spread", args.spread, "--workers", str(args.workers),
-        "--service-time", str(args.service_time), "--queue-timeout", str(args.queue_timeout), *rate,
-    ]  # fmt: skip
-
-
-def _steps(raw: str | None) -> list[tuple[float, int]]:
-    """``"5:10,20:20"`` -> [(5.0, 10), (20.0, 20)]: (seconds after the release, workers)."""
-    if not raw:
-        return []
-    try:
-        steps = [(float(t), int(w)) for t, w in (item.split(":") for item in raw.split(","))]
-    except ValueError:
-        raise ConfigError("step", "expected t:workers pairs like 5:10", raw) from None
-    if any(t < 0 or w < 0 for t, w in steps):
-        raise ConfigError("step", "times and workers must be >= 0", raw)
-    return steps
-
-
-def herd_ramp(workers: int, service_time: float, background: float, steps: list[tuple[float, int]]
-              ) -> list[tuple[float, float]]:  # fmt: skip
-    """H(t) = μ(t) − λ₀ as (t, H) points after the release, for the ∫H dt = M bound (H floored at 0)."""
-    points = [(0.0, max(0.0, workers / service_time - background))]
-    for t, count in steps:
-        points += [(t, points[-1][1]), (t, max(0.0, count / service_time - background))]
-    return points
-
-
 def _demo_herd(args: argparse.Namespace, capacity: float) -> int:
-    from .sim.herd import run_herd, summarise
-    from .sim.serving import demo_server, pin
-
-    headroom = capacity - args.background
-    steps = _steps(args.step)
-    with demo_server(_server_args(args), cpu=0) as base:
-        pin(1)
-        try:  # the load generator must not be the bottleneck: uvloop where installed
-            import uvloop
-
-            uvloop.install()
-        except ImportError:
-            pass
-        result = asyncio.run(
-            run_herd(
-                base,
-                args.herd,
-                ignore_fraction=args.ignore_fraction,
-                recognisable=not args.unrecognisable,
-                background_rate=args.background,
-                deadline=args.deadline,
-                steps=steps,
-            )
-        )
-    ramp = herd_ramp(args.workers, args.service_time, args.background, steps) if steps else ()
-    summary = summarise(result, headroom, ramp)
-    summary["gate"] = args.gate
-    if args.json:
-        print(_json(summary))
-    else:
-        _print_summary(summary, capacity, args.background)
-    return 0 if summary["finished"] == summary["clients"] else 1
-
-
-def _print_summary(s: dict[str, object], capacity: float, background: float) -> None:
-    print(f"herd of {s['clients']} clients vs capacity {capacity:g} req/s with {background:g} req/s of new arrivals")
-    print(f"  gate                  {s['gate']}")
-    print(f"  finished              {s['finished']}/{s['clients']}")
-    print(f"  drain time            {s['drain_s']} s   (M/H = {s['bound_s']} s, ratio {s['drain_ratio']})")
-    if "bound_integral_s" in s:
-        print(f"  with capacity steps   ∫H dt = M at {s['bound_integral_s']} s, ratio {s['drain_ratio_integral']}")
-    print(f"  edge arrivals/s       mean {s['edge_per_s_mean']}, peak/avg {s['edge_peak_to_avg']}")
-    print(f"  attempts              {s['attempts']}   status counts {s['status_counts']}")
-    print(f"  5xx                   {s['server_5xx']}")
-    ra = (s["retry_after_min"], s["retry_after_p50"], s["retry_after_max"])
-    print(f"  Retry-After min/p50/max  {ra[0]} / {ra[1]} / {ra[2]} s")
-    print(f"  herd latency p50/p99  {s['herd_latency_p50_s']} / {s['herd_latency_p99_s']} s")
-    print(f"  new arrivals served   {s['new_served']} on their one try during the herd "
-          f"({s['background_success']} over the run), p99 {s['background_p99_s']} s")  # fmt: skip
+    """``--herd N``: the lab's herd driver (``lab/herd.py``), which lives in the source tree, not in the package."""
+    try:
+        herd = importlib.import_module("lab.herd")
+    except ImportError:
+        print("admitgate demo --herd drives a herd with the source tree's lab (lab/herd.py): run it from a clone "
+              "of the repository", file=sys.stderr)  # fmt: skip
+        return 2
+    return int(herd.demo_herd(args, capacity, _json))
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.sim.http1 import Http1Client  # noqa: E402
-from admitgate.sim.serving import free_port, pin  # noqa: E402
+from lab.http1 import Http1Client  # noqa: E402
+from lab.serving import free_port, pin  # noqa: E402
 
 GAUGES = {"admitgate_capacity_requests_per_second": "mu", "admitgate_rate_requests_per_second": "rate",
           "admitgate_baseline_latency_seconds": "baseline", "admitgate_latency_seconds": "latency"}  # fmt: skip

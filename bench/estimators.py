@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-import trials  # bench/trials.py, beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from lab import trials
 
 
 def main() -> None:

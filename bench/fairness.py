@@ -15,7 +15,7 @@ Scenarios (the server's capacity is a fixed ``--rate`` H; tenants are told apart
   ``abuse`` and ``lone`` (one deployment, six tenants), 3H/5, H/5 and H/5 for ``weights``. slowapi counts each
   key against a limit typed in: it shares no live H and gives a tenant alone no more than its limit.
 
-Every client is a lean HTTP/1.1 client on a connection of its own (admitgate.sim.http1), so the load
+Every client is a lean HTTP/1.1 client on a connection of its own (lab/http1.py), so the load
 generator is not the bottleneck (with httpx it was: the server saw about half the demand). Each scenario
 runs ``--seconds`` (at most 20) and counts 200s after ``--warmup``. The server runs in a child process
 (pinned to core 0, the load to core 1 when there are two). Prints one JSON object.
@@ -37,8 +37,8 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.sim.http1 import Http1Client  # noqa: E402
-from admitgate.sim.serving import free_port, pin  # noqa: E402
+from lab.http1 import Http1Client  # noqa: E402
+from lab.serving import free_port, pin  # noqa: E402
 
 HOST = "127.0.0.1"
 

@@ -32,8 +32,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from shared import redis_server  # noqa: E402
 
-from admitgate.sim.herd import run_herd, summarise  # noqa: E402
-from admitgate.sim.serving import free_port, pin  # noqa: E402
+from admitgate.sim.summary import summarise  # noqa: E402
+from lab.herd import run_herd  # noqa: E402
+from lab.serving import free_port, pin  # noqa: E402
 
 SPLIT = (7, 1, 1, 1)
 

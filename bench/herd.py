@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from admitgate.cli import herd_ramp
-from admitgate.sim.herd import run_herd, summarise
-from admitgate.sim.serving import demo_server, pin
+from admitgate.sim.summary import summarise
+from lab.herd import herd_ramp, run_herd
+from lab.serving import demo_server, pin
 
 CAPACITY, NEW = 200.0, 20.0
 HALVING = [(5.0, 10)]  # 20 -> 10 workers 5 s into the herd

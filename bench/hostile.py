@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE.parent))
 from overhead import cpu_seconds  # noqa: E402
 
 from admitgate import AdmitGate, Identity, ManualClock, Settings  # noqa: E402
-from admitgate.sim.serving import free_port, pin  # noqa: E402
+from lab.serving import free_port, pin  # noqa: E402
 
 SIZE = 60_000
 LINES = 2_000  # as many header lines as fit in about 60 KB

@@ -38,7 +38,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.sim.serving import free_port, pin  # noqa: E402
+from lab.serving import free_port, pin  # noqa: E402
 
 VARIANTS = ["bare", "passthrough", "admitgate", "admitgate_tenants", "admitgate_tenants_closed",
             "admitgate_static_metrics", "admitgate_live",

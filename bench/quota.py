@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 from fleet_herd import fleet  # noqa: E402
 
 from admitgate.asgi.quota import parse_limit  # noqa: E402
-from admitgate.sim.serving import pin  # noqa: E402
+from lab.serving import pin  # noqa: E402
 
 REPLICAS = 4
 WORKERS_PER_REPLICA = 2

@@ -31,10 +31,10 @@ import redis
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from lab import wait_for_redis  # noqa: E402
 from overhead import interleaved, start, wrk  # noqa: E402
 
-from admitgate.sim.serving import free_port  # noqa: E402
+from lab.redis import wait_for_redis  # noqa: E402
+from lab.serving import free_port  # noqa: E402
 
 VARIANTS = ["bare", "admitgate", "admitgate_redis", "slowapi_asgi", "slowapi_redis"]
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from admitgate.cli import build_parser
-from admitgate.sim.demo import Upstream, demo_app
+from admitgate.demo import Upstream, demo_app
 
 
 def tenant_key(request: Request) -> str:

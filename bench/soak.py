@@ -28,8 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from admitgate.sim.http1 import Http1Client  # noqa: E402
-from admitgate.sim.serving import demo_process, pin  # noqa: E402
+from lab.http1 import Http1Client  # noqa: E402
+from lab.serving import demo_process, pin  # noqa: E402
 
 GAUGES = {"admitgate_schedule_clients": "holders", "admitgate_paced_waiting_requests": "waiters"}
 

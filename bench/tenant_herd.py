@@ -36,9 +36,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from admitgate.sim.herd import run_herd, summarise
-from admitgate.sim.http1 import Http1Client
-from admitgate.sim.serving import demo_server, pin
+from admitgate.sim.summary import summarise
+from lab.herd import run_herd
+from lab.http1 import Http1Client
+from lab.serving import demo_server, pin
 
 HERE = Path(__file__).resolve().parent
 CAPACITY = 200.0

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from overhead import start  # noqa: E402
 
-from admitgate.sim.http1 import Http1Client  # noqa: E402
+from lab.http1 import Http1Client  # noqa: E402
 
 RUN_S = 20
 #: wrk connections: more than the pacing queue holds at the flood's share (rate × max_pacing_delay), so it is refused

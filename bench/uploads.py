@@ -51,7 +51,7 @@ def serve(port: int, variant: str, uploads: int, tree: str) -> None:
 
     import admitgate
     from admitgate import AdmitGate, Identity, Settings
-    from admitgate.sim.serving import pin
+    from lab.serving import pin
 
     pin(0)
     counts = {"completed": 0, "bytes": 0, "parked": 0}
@@ -115,7 +115,7 @@ async def stats(port: int) -> dict:
 
 
 async def measure(port: int, pid: int, uploads: int, size: int, hold: float) -> dict:
-    from admitgate.sim.serving import pin
+    from lab.serving import pin
 
     pin(1)
     await upload(port, 1024, [0], 0, "/warmup")  # spends the one token, so every upload after it is paced
@@ -176,7 +176,7 @@ def main() -> None:
         serve(args.serve, args.variant, args.uploads, args.tree)
         return
     sys.path.insert(0, str(HERE.parent))
-    from admitgate.sim.serving import free_port
+    from lab.serving import free_port
 
     port = free_port()
     child = [sys.executable, __file__, "--serve", str(port), "--variant", args.variant, "--uploads", str(args.uploads),

@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from admitgate import ManualClock
-from admitgate.sim.serving import free_port
-from bench.lab import wait_for_redis
+from lab.redis import wait_for_redis
+from lab.serving import free_port
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from admitgate.sim.herd import Attempt, HerdResult, summarise
+from admitgate.sim.summary import Attempt, HerdResult, summarise
 
 
 def test_summary_arithmetic() -> None:
@@ -53,7 +53,7 @@ def test_a_herd_across_tenants_sends_each_client_its_own_key(serve) -> None:
     attempt, and the new arrivals none (bench/tenant_herd.py --tenants)."""
     import asyncio
 
-    from admitgate.sim.herd import run_herd
+    from lab.herd import run_herd
 
     seen: list[tuple[str, str | None]] = []
 

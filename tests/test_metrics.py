@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from admitgate import AdmitGate, BandwidthDelay, LiveCapacity, ManualClock, Settings
 from admitgate import metrics as m
 from admitgate.core.gate import PACING_BOUNDS
+from admitgate.demo import Upstream, demo_app
 from admitgate.limit.probes import LATENCY_BOUNDS
-from admitgate.sim.demo import Upstream, demo_app
-from admitgate.sim.serving import free_port
+from lab.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

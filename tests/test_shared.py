@@ -20,10 +20,11 @@ from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
 from admitgate.core.clock import ManualClock
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
-from admitgate.sim.herd import HerdResult, run_herd
-from admitgate.sim.http1 import Http1Client
-from admitgate.sim.serving import free_port
-from bench.lab import wait_for_redis
+from admitgate.sim.summary import HerdResult
+from lab.herd import run_herd
+from lab.http1 import Http1Client
+from lab.redis import wait_for_redis
+from lab.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ["{t}:bucket", "{t}:replicas", "{t}:rates"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import trials
+from lab import trials
 
 
 def test_settle_time_and_tracking() -> None:

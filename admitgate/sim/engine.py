@@ -13,7 +13,7 @@ instead), and client policies:
 * ``ignore``: retry every ``ignore_interval`` s whatever the server says;
 * ``full`` / ``equal`` / ``decorrelated``: the client helper's backoff, never before Retry-After.
 
-It records every attempt as :class:`~admitgate.sim.herd.Attempt`, so :func:`~admitgate.sim.herd.summarise`
+It records every attempt as :class:`~admitgate.sim.summary.Attempt`, so :func:`~admitgate.sim.summary.summarise`
 computes the same figures for simulated and real herds. Same seed, same result. What a run is made of is
 a :class:`~admitgate.sim.scenario.Scenario`; :mod:`admitgate.sim.plot` draws runs.
 """
@@ -37,8 +37,8 @@ from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
 from ..limit.capacity import LiveCapacity
 from ..limit.estimators import Static
-from .herd import Attempt, HerdResult, summarise
 from .scenario import Scenario
+from .summary import Attempt, HerdResult, summarise
 
 _ARRIVE, _HOLD_END, _DONE, _TIMEOUT, _RESPOND, _CAPACITY = range(6)
 #: A request's client: a herd client's index (0 to clients - 1), or one of these.

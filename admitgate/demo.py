@@ -106,16 +106,16 @@ def demo_app(upstream: Upstream | None = None, gate: str = "admitgate", **gate_o
     routes: list[BaseRoute] = [Route("/work", work), Route("/health", health), Route("/stats", stats)]
     registry = gate_options.pop("metrics", None)
     if registry is not None:
-        from ..metrics import metrics_app
+        from .metrics import metrics_app
 
         routes.append(Route("/metrics", metrics_app(registry)))
     app = Starlette(routes=routes)
     if gate == "admitgate":
-        from ..asgi.middleware import AdmitGate
+        from .asgi.middleware import AdmitGate
 
         options: dict[str, Any] = {}
         if any(name.startswith("ADMITGATE_") for name in os.environ):
-            from ..config import load
+            from .config import load
 
             options.update(load())  # the deployment's file and ADMITGATE_* variables
         options.update(gate_options)

@@ -1,4 +1,4 @@
-"""Helpers the benchmarks and the tests share, which the installed package does not need."""
+"""Waiting for a Redis server just started (the shared-budget tests and benchmarks start their own)."""
 
 from __future__ import annotations
 

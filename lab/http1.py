@@ -1,6 +1,6 @@
 """The herd's HTTP/1.1 client: lean enough that the load generator is never the bottleneck.
 
-Used by :func:`admitgate.sim.herd.run_herd` and by the benchmarks that drive a real server.
+Used by :func:`lab.herd.run_herd` and by the benchmarks that drive a real server.
 """
 
 from __future__ import annotations

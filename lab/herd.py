@@ -1,4 +1,4 @@
-"""A real-network thundering herd: N HTTP clients released at one instant.
+"""A real-network thundering herd: N HTTP clients released at one instant, and the demo herd command.
 
 Each client sends ``GET /work`` until it gets a 2xx, behaving as ``policy`` says on
 429/503: ``"obey"`` sleeps exactly Retry-After (as urllib3 and httpx-retries do) or,
@@ -6,44 +6,30 @@ without one, a capped exponential backoff with full jitter; ``"ignore"`` retries
 every ``ignore_interval`` s. Meanwhile *new arrivals* come at ``background_rate``
 requests/s (Poisson) to the same ``/work``: ordinary clients, each on a new connection,
 each making one attempt (served only if that attempt succeeds), as steady traffic does.
-``steps`` change the service's capacity during the run. Every attempt is recorded and
-:func:`summarise` turns the records into the herd figures. The run is bounded by
-``deadline`` seconds and only ever targets the given (loopback) base URL.
+``steps`` change the service's capacity during the run. Every attempt is recorded as
+:class:`~admitgate.sim.summary.Attempt`, and :func:`~admitgate.sim.summary.summarise` turns the records into the
+herd figures. The run is bounded by ``deadline`` seconds and only ever targets the given (loopback) base URL.
+
+:func:`demo_herd` is ``admitgate demo --herd N``: the demo server in a child process, and a herd against it.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import bisect
 import itertools
-import math
 import random
-import statistics
 import time
 import urllib.parse
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from ..core.backoff import backoff_delay
+from admitgate.core.backoff import backoff_delay
+from admitgate.core.errors import ConfigError
+from admitgate.sim.summary import Attempt, HerdResult, summarise
+
 from .http1 import Http1Client
-
-
-@dataclass(slots=True)
-class Attempt:
-    client: int  # -1 for background traffic
-    sent: float  # seconds since release
-    done: float
-    status: int  # 0: transport error
-    retry_after: int | None
-
-
-@dataclass(slots=True)
-class HerdResult:
-    clients: int
-    attempts: list[Attempt] = field(default_factory=list)
-    finished: dict[int, float] = field(default_factory=dict)  # client -> time of its 2xx
+from .serving import demo_server, pin
 
 
 async def run_herd(
@@ -144,64 +130,82 @@ async def run_herd(
     return result
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+def _server_args(args: argparse.Namespace) -> list[str]:
+    rate = [] if args.rate is None else ["--rate", str(args.rate)]
+    return [
+        "--gate", args.gate, "--spread", args.spread, "--workers", str(args.workers),
+        "--service-time", str(args.service_time), "--queue-timeout", str(args.queue_timeout), *rate,
+    ]  # fmt: skip
 
 
-def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
-    """Herd figures. ``headroom``: H = μ − λ₀ in requests/s, for the bound M/H. ``ramp``: H(t) as
-    ``(seconds after the release, H)`` points when capacity changes during the herd: the bound is then
-    the least T with ∫H dt = M (:func:`admitgate.planning.planner.drain_time`), as ``bound_integral_s``.
+def _steps(raw: str | None) -> list[tuple[float, int]]:
+    """``"5:10,20:20"`` -> [(5.0, 10), (20.0, 20)]: (seconds after the release, workers)."""
+    if not raw:
+        return []
+    try:
+        steps = [(float(t), int(w)) for t, w in (item.split(":") for item in raw.split(","))]
+    except ValueError:
+        raise ConfigError("step", "expected t:workers pairs like 5:10", raw) from None
+    if any(t < 0 or w < 0 for t, w in steps):
+        raise ConfigError("step", "times and workers must be >= 0", raw)
+    return steps
 
-    Edge peak-to-average is taken over the seconds in which the herd is coming back: whole
-    seconds from second 1 (after the release itself) up to, not including, the second of the
-    herd's last attempt (a partial second). The last moments of a drain, when every remaining
-    client is already held by the gate and nobody arrives, are not part of it.
-    """
-    herd = [a for a in result.attempts if a.client >= 0]
-    bg = [a for a in result.attempts if a.client < 0 and a.sent >= 0]
-    drain = max(result.finished.values()) if len(result.finished) == result.clients else float("inf")
-    per_second = Counter(int(a.sent) for a in herd)
-    last = max(per_second, default=0)
-    window = [per_second.get(s, 0) for s in range(1, max(2, last))]
-    mean = statistics.fmean(window) if window else 0.0
-    retry_afters = [a.retry_after for a in herd if a.retry_after is not None]
-    ok_latency = [a.done - a.sent for a in herd if 200 <= a.status < 300]
-    bg_ok = [a for a in bg if 200 <= a.status < 300]
-    bound = result.clients / headroom
-    integral = {}
-    if ramp:
-        from ..planning.planner import drain_time
 
-        least = drain_time(result.clients, ramp)
-        integral = {"bound_integral_s": round(least, 3), "drain_ratio_integral": round(drain / least, 3)}
-    # New arrivals during the herd: served on their one try? (the herd's window: release to drain)
-    during = [a for a in bg if a.sent <= drain]
-    # Crowds: how many rejected herd clients were told to come back within the same whole second.
-    promised = Counter(int(a.done + a.retry_after) for a in herd if a.retry_after is not None)
-    return {
-        "clients": result.clients,
-        "finished": len(result.finished),
-        "drain_s": round(drain, 3),
-        "bound_s": round(bound, 3),
-        "drain_ratio": round(drain / bound, 3),
-        "attempts": len(herd),
-        "edge_peak_to_avg": round(max(window) / mean, 3) if mean else None,
-        "edge_per_s_mean": round(mean, 1),
-        "status_counts": dict(sorted(Counter(a.status for a in herd + bg).items())),
-        "server_5xx": sum(1 for a in herd + bg if a.status >= 500),
-        "retry_after_min": min(retry_afters, default=None),
-        "retry_after_p50": _percentile([float(r) for r in retry_afters], 0.5) if retry_afters else None,
-        "retry_after_max": max(retry_afters, default=None),
-        "herd_latency_p50_s": round(_percentile(ok_latency, 0.5), 3) if ok_latency else None,
-        "herd_latency_p99_s": round(_percentile(ok_latency, 0.99), 3) if ok_latency else None,
-        "background_success": round(len(bg_ok) / len(bg), 3) if bg else None,
-        "new_served": round(sum(200 <= a.status < 300 for a in during) / len(during), 3) if during else None,
-        "promised_peak_per_s": max(promised.values(), default=0),
-        "background_p50_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.5), 3) if bg_ok else None,
-        "background_p99_s": round(_percentile([a.done - a.sent for a in bg_ok], 0.99), 3) if bg_ok else None,
-        **integral,
-    }
+def herd_ramp(workers: int, service_time: float, background: float, steps: list[tuple[float, int]]
+              ) -> list[tuple[float, float]]:  # fmt: skip
+    """H(t) = μ(t) − λ₀ as (t, H) points after the release, for the ∫H dt = M bound (H floored at 0)."""
+    points = [(0.0, max(0.0, workers / service_time - background))]
+    for t, count in steps:
+        points += [(t, points[-1][1]), (t, max(0.0, count / service_time - background))]
+    return points
+
+
+def demo_herd(args: argparse.Namespace, capacity: float, to_json: Callable[[object], str]) -> int:
+    """``admitgate demo --herd N``: serve the demo in a child process (core 0), release the herd from this one
+    (core 1), print its summary (``to_json`` renders it with ``--json``); 0 if every client was served."""
+    headroom = capacity - args.background
+    steps = _steps(args.step)
+    with demo_server(_server_args(args), cpu=0) as base:
+        pin(1)
+        try:  # the load generator must not be the bottleneck: uvloop where installed
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+        result = asyncio.run(
+            run_herd(
+                base,
+                args.herd,
+                ignore_fraction=args.ignore_fraction,
+                recognisable=not args.unrecognisable,
+                background_rate=args.background,
+                deadline=args.deadline,
+                steps=steps,
+            )
+        )
+    ramp = herd_ramp(args.workers, args.service_time, args.background, steps) if steps else ()
+    summary = summarise(result, headroom, ramp)
+    summary["gate"] = args.gate
+    if args.json:
+        print(to_json(summary))
+    else:
+        _print_summary(summary, capacity, args.background)
+    return 0 if summary["finished"] == summary["clients"] else 1
+
+
+def _print_summary(s: dict[str, object], capacity: float, background: float) -> None:
+    print(f"herd of {s['clients']} clients vs capacity {capacity:g} req/s with {background:g} req/s of new arrivals")
+    print(f"  gate                  {s['gate']}")
+    print(f"  finished              {s['finished']}/{s['clients']}")
+    print(f"  drain time            {s['drain_s']} s   (M/H = {s['bound_s']} s, ratio {s['drain_ratio']})")
+    if "bound_integral_s" in s:
+        print(f"  with capacity steps   ∫H dt = M at {s['bound_integral_s']} s, ratio {s['drain_ratio_integral']}")
+    print(f"  edge arrivals/s       mean {s['edge_per_s_mean']}, peak/avg {s['edge_peak_to_avg']}")
+    print(f"  attempts              {s['attempts']}   status counts {s['status_counts']}")
+    print(f"  5xx                   {s['server_5xx']}")
+    ra = (s["retry_after_min"], s["retry_after_p50"], s["retry_after_max"])
+    print(f"  Retry-After min/p50/max  {ra[0]} / {ra[1]} / {ra[2]} s")
+    print(f"  herd latency p50/p99  {s['herd_latency_p50_s']} / {s['herd_latency_p99_s']} s")
+    print(f"  new arrivals served   {s['new_served']} on their one try during the herd "
+          f"({s['background_success']} over the run), p99 {s['background_p99_s']} s")  # fmt: skip
