@@ -29,8 +29,11 @@ if TYPE_CHECKING:
     from .core.errors import ConfigError
     from .core.priority import Priority
     from .core.settings import Settings
+    from .limit.aimd import AIMD
+    from .limit.bdp import BandwidthDelay
     from .limit.capacity import LiveCapacity
-    from .limit.estimators import AIMD, BandwidthDelay, Gradient, Static
+    from .limit.gradient import Gradient
+    from .limit.static import Static
     from .metrics import metrics_app
 
 try:
@@ -40,11 +43,11 @@ except PackageNotFoundError:  # running from a source tree
 
 #: Public name -> the module that defines it.
 _HOMES = {
-    "AIMD": "limit.estimators",
+    "AIMD": "limit.aimd",
     "AdmitGate": "asgi.middleware",
-    "BandwidthDelay": "limit.estimators",
+    "BandwidthDelay": "limit.bdp",
     "ConfigError": "core.errors",
-    "Gradient": "limit.estimators",
+    "Gradient": "limit.gradient",
     "HeaderPolicy": "asgi.headers",
     "Identity": "asgi.identity",
     "LiveCapacity": "limit.capacity",
@@ -53,7 +56,7 @@ _HOMES = {
     "Quota": "asgi.quota",
     "RedisBudget": "backends.shared",
     "Settings": "core.settings",
-    "Static": "limit.estimators",
+    "Static": "limit.static",
     "Tenancy": "asgi.tenants",
     "load": "config",
     "metrics_app": "metrics",

@@ -71,21 +71,13 @@ from .asgi.identity import Identity
 from .asgi.quota import Quota
 from .asgi.routing import Router
 from .asgi.tenants import Tenancy
-from .core.errors import ConfigError
+from .core.errors import ConfigError, imported
 from .core.priority import Priority
 from .core.settings import Settings
-from .limit.capacity import LiveCapacity
-from .limit.estimators import ESTIMATORS, estimator_from_config
-from .limit.probes import Probes
+from .limit.estimators import ESTIMATORS, capacity_from_config
 
 log = logging.getLogger("admitgate")
 
-#: ``[capacity]`` keys (LiveCapacity keyword arguments) besides ``estimator`` and the estimator tables.
-CAPACITY_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_samples", "probe_bucket",
-                 "probe_buckets", "background", "capacity_probes", "probe_mode", "growth",
-                 "inflight_floor")  # fmt: skip
-#: The default estimator (see the README's estimator table for why).
-DEFAULT_ESTIMATOR = "bdp"
 SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "capacity", "backend", "tenants",
             "quota")  # fmt: skip
 #: Keys that moved out of ``[gate]``, and where to.
@@ -141,18 +133,10 @@ def _secret(value: object, env: bool) -> object:
 
 
 def _function(value: object, env: bool) -> object:
-    if not isinstance(value, str) or ":" not in value:
-        raise ValueError("must be an import string 'module:attribute'")
-    module, _, attr = value.partition(":")
     try:
-        target: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import it ({exc})") from None
-    if not callable(target):
-        raise ValueError("does not name a function")
-    return target
+        return imported("", value)
+    except ConfigError as error:
+        raise ValueError(error.problem) from None
 
 
 def _key(value: object, env: bool) -> object:
@@ -480,39 +464,3 @@ def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:
         return backend_from_url(table["url"], **options)
     except ConfigError as error:
         raise _renamed(error.renamed("backend.url") if error.field == "backend" else error, "backend", names) from None
-
-
-def capacity_from_config(section: Mapping[str, Any], now: float = 0.0) -> LiveCapacity:
-    """Build a :class:`~admitgate.limit.capacity.LiveCapacity` from a ``[capacity]`` mapping."""
-    data = dict(section)
-    name = data.pop("estimator", DEFAULT_ESTIMATOR)
-    if not isinstance(name, str):
-        raise ConfigError("capacity.estimator", "must be a string", name)
-    params: dict[str, Any] = {}
-    for key in list(data):
-        if key in ESTIMATORS:
-            table = data.pop(key)
-            if not isinstance(table, Mapping):
-                raise ConfigError(f"capacity.{key}", "must be a table", table)
-            if key == name:
-                params = dict(table)
-    unknown = set(data) - set(CAPACITY_KEYS)
-    if unknown:
-        field = sorted(unknown)[0]
-        raise ConfigError(f"capacity.{field}", f"unknown key; known: estimator, {', '.join(CAPACITY_KEYS)}")
-    estimator = estimator_from_config(name, params)
-    probes = Probes(data.pop("probe_bucket", 0.1), data.pop("probe_buckets", 50), now=now)
-    background = data.pop("background", 0.0)
-    if isinstance(background, str):
-        background = _convert(_function, background, False, "capacity.background")
-    capacity = data.pop("capacity_probes", [])
-    if not isinstance(capacity, list):
-        raise ConfigError("capacity.capacity_probes", "must be a list of import strings", capacity)
-    probes_list = [_convert(_function, spec, False, f"capacity.capacity_probes[{i}]") if isinstance(spec, str)
-                   else spec for i, spec in enumerate(capacity)]  # fmt: skip
-    if name == "static" and "initial" not in data:
-        data["initial"] = params["capacity"]
-    for key, value in data.items():
-        if key != "probe_mode" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"capacity.{key}", "must be a number", value)
-    return LiveCapacity(estimator, capacity_probes=probes_list, background=background, probes=probes, now=now, **data)

@@ -30,7 +30,8 @@ from prometheus_client.registry import Collector
 
 from .core.clock import Clock
 from .core.gate import PACING_BOUNDS, Gate
-from .limit.probes import LATENCY_BOUNDS
+from .core.probes import LATENCY_BOUNDS
+from .limit.capacity import LiveCapacity
 
 PREFIX = "admitgate"
 REQUESTS = f"{PREFIX}_requests"  # counter {route, class, verdict}: admitted | rejected | abandoned
@@ -181,9 +182,9 @@ def snapshot(middleware: Tallied) -> Snapshot:
         paced[template, klass] = counts[AFTER_PACING]
     state: dict[str, Any] = gate.state(now)
     gauges = {name: float(state[key]) for name, key, _ in _GAUGES if state.get(key) is not None}
-    floor = getattr(gate.capacity_source, "floor", None)
-    if floor is not None:
-        gauges[FLOOR] = float(floor)
+    source = gate.capacity_source
+    if isinstance(source, LiveCapacity):
+        gauges[FLOOR] = float(source.floor)
     gauges[WAITERS] = float(gate.waiters)
     gauges[WINDOW] = gate.schedule.horizon(now)
     gauges[HOLDERS] = float(gate.schedule.holders)

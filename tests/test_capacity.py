@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from admitgate.core.errors import ConfigError
 from admitgate.core.gate import Gate
-from admitgate.limit.capacity import LiveCapacity, StaticCapacity
+from admitgate.core.probes import Probes
+from admitgate.core.rate import StaticCapacity
+from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import AIMD, BandwidthDelay, Gradient, Static
-from admitgate.limit.probes import Probes
 
 
 def feed(h: LiveCapacity, start: float, seconds: float, rate: float, latency: float, shed: bool = True) -> float:

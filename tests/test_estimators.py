@@ -8,7 +8,9 @@ import math
 import pytest
 
 from admitgate.core.errors import ConfigError
-from admitgate.limit.estimators import AIMD, BandwidthDelay, Baseline, Gradient, Static, Window, estimator_from_config
+from admitgate.limit.estimator import Baseline
+from admitgate.limit.estimators import AIMD, BandwidthDelay, Gradient, Static, estimator_from_config
+from admitgate.limit.window import Window
 
 
 def window(now=1.0, dt=0.1, rate=100.0, completion=100.0, latency=0.1, busy=10.0, limiting=True, drops=0,

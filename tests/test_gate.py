@@ -14,9 +14,10 @@ from admitgate import ConfigError, Settings
 from admitgate.core.gate import ADMITTED, COLLAPSE, RECHECK, ROOM_WAIT, SPARE, Decision, Gate, Verdict
 from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
-from admitgate.limit.capacity import LiveCapacity, StaticCapacity
+from admitgate.core.probes import Probes
+from admitgate.core.rate import RateReading, StaticCapacity
+from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import Static
-from admitgate.limit.probes import Probes
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
@@ -214,9 +215,17 @@ def test_a_returning_client_is_held_until_its_place_and_then_admitted() -> None:
 class Draining(Rate):
     """A live source draining a queue: it believes in ``capacity`` and sets the pacer lower for a while."""
 
+    probes = None
+
     def __init__(self, rate: float, capacity: float) -> None:
         super().__init__(rate)
         self.capacity = capacity
+
+    def read(self, now: float) -> RateReading:
+        return RateReading(self.value, self.capacity)
+
+    def state(self) -> None:
+        return None
 
 
 def draining_with_places() -> Gate:

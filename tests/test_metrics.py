@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from admitgate import AdmitGate, BandwidthDelay, LiveCapacity, ManualClock, Settings
 from admitgate import metrics as m
 from admitgate.core.gate import PACING_BOUNDS
+from admitgate.core.probes import LATENCY_BOUNDS
 from admitgate.demo import Upstream, demo_app
-from admitgate.limit.probes import LATENCY_BOUNDS
 from lab.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -86,7 +86,7 @@ async def test_a_hold_let_in_is_in_flight_at_once_and_gives_its_place_back_if_ca
     """With probes, the hold puts the request it lets in in flight before its last await (the task group's exit),
     where another hold woken in the same pass would otherwise find the same room; cancelled there (a shutdown), it
     never reaches the app, and its place in flight comes back."""
-    from admitgate.limit.probes import Probes
+    from admitgate.core.probes import Probes
 
     g = Gate(Rate(10.0), Settings(burst=1, max_pacing_delay=1.0), now=clock())
     g.admit(1.0, DEFAULT, clock(), lambda: None)

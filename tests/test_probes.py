@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admitgate.core.errors import ConfigError
-from admitgate.limit.probes import LATENCY_BOUNDS, Probes
+from admitgate.core.probes import LATENCY_BOUNDS, Probes
 
 
 def test_samples_land_in_their_bucket_and_buckets_close_on_time() -> None:

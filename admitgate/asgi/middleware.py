@@ -25,9 +25,9 @@ from ..core.clock import Clock
 from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
 from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import Priority, Rule
+from ..core.probes import Probes
+from ..core.rate import Capacity
 from ..core.settings import Settings
-from ..limit.capacity import Capacity
-from ..limit.probes import Probes
 from ..metrics import (
     ABANDONED,
     AFTER_PACING,

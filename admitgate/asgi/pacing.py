@@ -12,7 +12,7 @@ import anyio
 
 from ..core.clock import Clock
 from ..core.gate import Decision, Gate, Verdict
-from ..limit.probes import Probes
+from ..core.probes import Probes
 from .types import Message, Receive, Scope
 
 #: How the hold sleeps: ``anyio.sleep``, or a virtual clock's sleep in tests (seconds).

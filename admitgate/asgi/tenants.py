@@ -41,6 +41,8 @@ from ..core.gate import ADMITTED, SPARE, Decision, Gate, Identify, Verdict
 from ..core.keystore import BoundedExpiringMap
 from ..core.pacer import EPOCH_CUT, TokenPacer
 from ..core.priority import Priority
+from ..core.probes import Probes
+from ..core.rate import RateReading
 from ..core.settings import MIN_RATE
 from .identity import client_address, header_key
 
@@ -234,11 +236,19 @@ class Share:
     def rate(self, now: float) -> float:
         return self.value * self.scale
 
+    def read(self, now: float) -> RateReading:
+        """Its pool's reading: its rate now; in an outage when the root is (see :attr:`Gate.collapsed`: a pool's share
+        cut as other tenants wake is none, but its low H is waited out at its peak as an outage's is, since the share
+        comes back as they drain)."""
+        return RateReading(self.value * self.scale, self.capacity, self.growth, self.root.collapsed, self.whole)
+
+    def state(self) -> None:
+        return None
+
     @property
-    def collapsed(self) -> bool:
-        """Whether the root is in an outage (see :attr:`Gate.collapsed`). A pool's share cut as other tenants wake is
-        none, but its low H is waited out at its peak as an outage's is: the share comes back as they drain."""
-        return self.root.collapsed
+    def probes(self) -> Probes | None:
+        """The root's: one service (a pool that paces or rejects tells the estimator so)."""
+        return self.root.probes
 
     @property
     def scale(self) -> float:

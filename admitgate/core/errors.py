@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from collections.abc import Awaitable, Callable
@@ -101,6 +102,22 @@ def function(field: str, value: object, *args: object, kind: str = "a function")
     except TypeError:
         raise ConfigError(field, f"must be {kind} (it cannot be called with {len(args)} argument(s))", value) from None
     return value
+
+
+def imported(field: str, spec: object) -> Callable[..., object]:
+    """The function an import string ``"module:attribute"`` names (the attribute may be dotted), else ConfigError."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ConfigError(field, "must be an import string 'module:attribute'", spec)
+    module, _, attr = spec.partition(":")
+    try:
+        target = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(field, f"cannot import it ({exc})", spec) from None
+    if not callable(target):
+        raise ConfigError(field, "does not name a function", spec)
+    return target
 
 
 def reading(field: str, clock: object) -> float:

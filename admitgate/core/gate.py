@@ -43,12 +43,12 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..limit.capacity import Capacity, StaticCapacity
-from ..limit.probes import Probes
 from .budget import Budget
 from .errors import ConfigError, integer, number
 from .pacer import TokenPacer
 from .priority import Priority
+from .probes import Probes
+from .rate import Capacity, RateOf, RateSource, StaticCapacity
 from .schedule import PLACEMENTS, Place, Schedule, forecast
 from .settings import MAX_RATE, MIN_RATE, Settings
 
@@ -69,7 +69,7 @@ DUE_SLACK = 1e-6
 #: while the estimate doubled).
 RECHECK = 0.25
 #: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
-#: see :mod:`admitgate.limit.probes`, is full: the service has not yet answered what it was given).
+#: see :mod:`admitgate.core.probes`, is full: the service has not yet answered what it was given).
 ROOM_WAIT = 0.02
 #: In a tenants' pool, a request that finds its own bucket short goes in on the replica's bucket alone
 #: (:attr:`Gate.guard`) while that would still hold this share of its burst (or a reserving class's share, if more:
@@ -193,18 +193,20 @@ class NewRate:
 class Gate:
     """Token pacer + retry schedule + pacing and tarpit bounds.
 
-    ``rate``: the capacity μ in requests/s, or a :class:`Capacity` that reports it (live).
+    ``rate``: the capacity μ in requests/s, a :class:`~admitgate.core.rate.RateSource` that reads it (live), or a
+    :class:`~admitgate.core.rate.Capacity` that reports it.
     ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`; its defaults if None).
     ``now``: the time it starts at, seconds.
     """
 
-    def __init__(self, rate: float | Capacity, settings: Settings | None = None, *, now: float = 0.0) -> None:
+    def __init__(self, rate: float | RateSource | Capacity, settings: Settings | None = None, *,
+                 now: float = 0.0) -> None:  # fmt: skip
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise ConfigError("settings", "must be an admitgate.Settings", settings)
         self.settings = settings
-        self.capacity_source: Capacity = _capacity_source(rate)
+        self.capacity_source: RateSource = _capacity_source(rate)
         initial = _initial_rate(self.capacity_source, now)
         s = settings
         burst = max(1.0, initial / 10) if s.burst is None else s.burst
@@ -227,7 +229,7 @@ class Gate:
         self._new = NewRate(s.new_window, now)
         self.stats = GateStats()
         #: probe aggregates the middleware records into, if the capacity source reads them (else None)
-        self.probes: Probes | None = getattr(self.capacity_source, "probes", None)
+        self.probes: Probes | None = self.capacity_source.probes
         #: the probes whose in-flight limit bounds what this gate admits (a live capacity's), or None
         self.bound: Probes | None = self.probes if self.probes is not None and self.probes.floor is not None else None
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
@@ -272,6 +274,8 @@ class Gate:
         #: before the first lease); in a tenants' pool, its root's
         self.collapsed = False
         self._calm_at = now  # the last refresh in no outage, with H at COLLAPSE of its peak or more
+        self._believed: float | None = None  # μ as the source believed it at the last refresh (None: the rate)
+        self._forecast = 0.0  # the source's forecast growth at the last refresh, per second
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
         self.next_refresh = now
@@ -288,7 +292,10 @@ class Gate:
         if now < self.next_refresh:
             return
         self.next_refresh = now + self.refresh_interval
-        rate = self.capacity_source.rate(now)
+        reading = self.capacity_source.read(now)
+        rate = reading.rate
+        self._believed = reading.capacity
+        self._forecast = 0.0 if reading.growth is None else reading.growth
         backend = self.backend
         self._new.update(self.new_requests, now)
         shared = fleet = None
@@ -311,7 +318,7 @@ class Gate:
         else:
             self.schedule.set_rate(self._room(self.pacer.rate), now)
             self._promise = self.headroom(now)
-            whole = getattr(self.capacity_source, "whole", None)  # (a tenants' pool: its root's, see Share)
+            whole = reading.whole  # (a tenants' pool: its root's, see Share)
             self._level = self._promise * whole if whole is not None else self._promise
         # An outage is the capacity collapsing: μ (the fleet's, with a shared budget). It ends a λ_new window after μ
         # is back: the clients that arrived during it are new arrivals in λ_new's median for seconds after μ returns
@@ -319,7 +326,7 @@ class Gate:
         # a shared budget's first lease the grant is 0 and so is the promise: the replica's clients expect its recent
         # H back (at a rate of 0, folded under the cap, a herd's were told 1-3599 s). H falling while μ stands is
         # not an outage: see _reject. A tenants' pool is in one with its root.
-        root = getattr(self.capacity_source, "collapsed", None)
+        root = reading.collapsed
         mu = fleet_mu if backend is not None else self.capacity
         cut = mu < COLLAPSE * self._top
         if root is None and cut:
@@ -393,12 +400,12 @@ class Gate:
         For a live source this is the estimator's belief, not the rate it sets the pacer to while it
         drains a queue: the schedule is timed by what the service can take, not by a moment's dip.
         """
-        return getattr(self.capacity_source, "capacity", None) or self.pacer.rate
+        return self._believed or self.pacer.rate
 
     @property
     def growth(self) -> float:
         """How fast H may rise per second in the forecast that times Retry-After (see the class docstring)."""
-        return self._growth if self._growth is not None else getattr(self.capacity_source, "growth", 0.0)
+        return self._growth if self._growth is not None else self._forecast
 
     def _flooded(self) -> bool:
         """New requests alone fill the capacity (H is at its floor): sustained overload, not a herd."""
@@ -410,9 +417,8 @@ class Gate:
         new = self._new.rate
         out: dict[str, float | str | None] = {"rate": self.pacer.rate, "lambda_new": new}
         out.update(headroom=self.headroom(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
-        reader = getattr(self.capacity_source, "state", None)
-        if reader is not None:
-            live = reader()
+        live = self.capacity_source.state()
+        if live is not None:
             out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
                        baseline_latency=live.baseline, latency=live.latency, completion_rate=live.completion_rate,
                        inflight=float(live.inflight))  # fmt: skip
@@ -568,7 +574,7 @@ class Gate:
 
     @property
     def full(self) -> bool:
-        """The in-flight limit is reached (see :mod:`admitgate.limit.probes`): nothing more goes in until the
+        """The in-flight limit is reached (see :mod:`admitgate.core.probes`): nothing more goes in until the
         service answers (False without a limit). Requests whose response has begun are not counted."""
         bound = self.bound
         return bound is not None and bound.inflight - bound.answered >= bound.limit
@@ -797,19 +803,21 @@ class Gate:
         return f"Gate({self.pacer!r}, {self.schedule!r}, waiters={self.waiters})"
 
 
-def _capacity_source(rate: object) -> Capacity:
-    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE) or a Capacity."""
-    if isinstance(rate, Capacity) and callable(getattr(rate, "rate", None)):
+def _capacity_source(rate: object) -> RateSource:
+    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE), a RateSource, or a Capacity."""
+    if isinstance(rate, RateSource) and callable(rate.read):
         return rate
+    if isinstance(rate, Capacity) and callable(rate.rate):
+        return RateOf(rate)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise ConfigError("rate", "must be requests/s (a number) or a Capacity such as LiveCapacity", rate)
     return StaticCapacity(rate)
 
 
-def _initial_rate(source: Capacity, now: float) -> float:
-    """What ``source`` reports at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
+def _initial_rate(source: RateSource, now: float) -> float:
+    """What ``source`` reads at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
     try:
-        initial = source.rate(now)
+        initial = source.read(now).rate
     except Exception as exc:
         raise ConfigError("rate", f"the rate source failed: {exc!r}") from exc
     return number("rate", initial, MIN_RATE, MAX_RATE, unit="requests/s")

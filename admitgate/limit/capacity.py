@@ -1,19 +1,10 @@
-"""The capacity seam: where μ, the pacer's refill rate, comes from.
+"""A live capacity: the rate learnt from the gate's own probes by a capacity estimator.
 
-A :class:`Capacity` reports the rate (requests/s) the gate may admit for gated traffic at a given
-time. The gate polls it on a cadence (``refresh_interval``) and pushes changes into the pacer, so a
-live estimator plugs in here without touching the request path.
-
-Critical traffic is charged against the same bucket and measured by the gate, so the rate reported
-here is what all gated classes share; sheddable traffic gets H = rate − λ_critical. That is the
-exact form of H = μ − λ_new: the protected traffic is subtracted as it arrives, not after a meter
-has caught up with it.
-
-* :class:`StaticCapacity`: a configured rate.
-* :class:`LiveCapacity`: a capacity estimator (:mod:`admitgate.limit.estimators`) fed by the
-  :class:`~admitgate.limit.probes.Probes` the middleware records, optionally capped or replaced by external
-  capacity probes (a pool's free connections, a dependency's own headroom) and reduced by an external
-  background rate, then clamped to [floor, ceiling] and to ``max_step`` per update.
+:class:`LiveCapacity` is a :class:`~admitgate.core.rate.RateSource`: at each of the gate's refreshes it summarises
+the :class:`~admitgate.core.probes.Probes` the middleware records into a :class:`~admitgate.limit.window.Window`,
+asks its estimator (:mod:`admitgate.limit.estimators`) for the rate, optionally caps or replaces it by external
+capacity probes (a pool's free connections, a dependency's own headroom) and reduces it by an external background
+rate, then clamps it to [floor, ceiling] and to ``max_step`` per update.
 """
 
 from __future__ import annotations
@@ -22,13 +13,14 @@ import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from ..core.errors import ConfigError, integer, non_negative, number, positive
+from ..core.probes import Probes
+from ..core.rate import CapacityState, RateReading
 from ..core.settings import MAX_RATE, MIN_RATE
-from .estimators import CURRENT_SPAN, DELIVERY_SPAN, HEALTHY, RECENT_SPAN, Estimator, Window
-from .probes import Probes
+from .bdp import CURRENT_SPAN, DELIVERY_SPAN, HEALTHY, RECENT_SPAN
+from .estimator import Estimator
+from .window import Window
 
 log = logging.getLogger("admitgate")
 
@@ -38,52 +30,10 @@ DEFAULT_GROWTH = 0.25
 ExternalProbe = Callable[[float], "float | None"]
 
 
-@runtime_checkable
-class Capacity(Protocol):
-    def rate(self, now: float) -> float:
-        """Admissible rate in requests/s at ``now`` (finite, > 0)."""
-        ...
-
-
-class StaticCapacity:
-    """A fixed rate, set in configuration."""
-
-    __slots__ = ("_rate",)
-
-    def __init__(self, rate: float) -> None:
-        self._rate = number("rate", rate, MIN_RATE, MAX_RATE, unit="requests/s")
-
-    def rate(self, now: float) -> float:
-        return self._rate
-
-    @property
-    def value(self) -> float:
-        """The configured rate, requests/s."""
-        return self._rate
-
-    def __repr__(self) -> str:
-        return f"StaticCapacity({self._rate:g}/s)"
-
-
-@dataclass(frozen=True, slots=True)
-class CapacityState:
-    """What the estimator believes now (for metrics and logs). Rates in requests/s, times in seconds."""
-
-    estimator: str
-    state: str  # "warming", "low-traffic", or the estimator's own (probing, draining, ...)
-    mu: float | None  # capacity estimate
-    rate: float  # the rate pushed to the pacer
-    background: float  # external background rate subtracted (λ_new beyond the gate's critical traffic)
-    baseline: float | None  # baseline latency
-    latency: float | None  # mean latency of the last window
-    completion_rate: float  # completions per second in the last window
-    inflight: int
-
-
 class LiveCapacity:
     """H(t) from live probes.
 
-    ``estimator``: an :class:`~admitgate.limit.estimators.Estimator`. ``initial``: the rate before any
+    ``estimator``: an :class:`~admitgate.limit.estimator.Estimator`. ``initial``: the rate before any
     evidence (requests/s; cold start is permissive: the rate also follows twice the admitted rate
     until ``min_samples`` completions have been seen). ``floor``/``ceiling``: bounds of the rate.
     ``max_step``: largest relative change per update (0.25: × or ÷ 1.25), except where the estimator's μ
@@ -98,7 +48,7 @@ class LiveCapacity:
     forecast that times the retry schedule (default: the estimator's probing pace, ``probe_gain``, or
     0.25 where μ may move without one; 0 for a static estimator without capacity probes).
     ``inflight_floor``: where the in-flight limit starts and the least it is held to, requests (see
-    :mod:`admitgate.limit.probes`): the gate admits no more than the service has been seen to hold, so a
+    :mod:`admitgate.core.probes`): the gate admits no more than the service has been seen to hold, so a
     service that stops answering is sent a few requests more, not a rate's worth each latency until an
     estimator can tell. 0: no in-flight limit.
     """
@@ -161,6 +111,11 @@ class LiveCapacity:
         self._background = 0.0
         self._capacity = self._rate
         self._failed: set[int] = set()
+
+    def read(self, now: float) -> RateReading:
+        """The gate's reading at ``now``: :meth:`rate`, and the capacity and growth beside it."""
+        rate = self.rate(now)
+        return RateReading(rate, self.capacity, self.growth)
 
     def rate(self, now: float) -> float:
         """The rate for the pacer (requests/s); updates at most once per probe bucket."""

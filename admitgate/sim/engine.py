@@ -36,7 +36,8 @@ from ..core.gate import Decision, Gate, Verdict
 from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
 from ..limit.capacity import LiveCapacity
-from ..limit.estimators import Static
+from ..limit.estimators import capacity_from_config
+from ..limit.static import Static
 from .scenario import Scenario
 from .summary import Attempt, HerdResult, summarise
 
@@ -77,8 +78,6 @@ class Simulation:
         s = scenario
         rate: Any = s.workers / s.service_time * s.rate_fraction
         if s.estimator is not None:
-            from ..config import capacity_from_config
-
             table = dict(s.estimator)
             name = table.get("estimator", "bdp")
             if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
@@ -101,6 +100,8 @@ class Simulation:
             if s.gate
             else None
         )
+        #: the live capacity the gate reads, if any (the trace records its estimator's μ)
+        self.live = rate if isinstance(rate, LiveCapacity) else None
         self.background = DEFAULT_CLASSES[s.background_class]
         tenancy = s.tenancy()
         #: fair shares among tenants (None: one pool), deciding every request as the middleware's Tenants does
@@ -162,11 +163,7 @@ class Simulation:
             handlers[kind](t, data)
             if open_loop and t >= next_trace:
                 next_trace = round(t * 10) / 10 + 0.1
-                mu = (
-                    None
-                    if self.gate is None
-                    else getattr(getattr(self.gate.capacity_source, "estimator", None), "mu", None)
-                )
+                mu = None if self.gate is None or self.live is None else self.live.estimator.mu
                 rate = self.gate.pacer.rate if self.gate is not None else float("inf")
                 self.trace.append((round(t, 1), self.up.workers / self.up.service_time, rate, mu))
             if t >= next_sample:  # one sample a second of what the gate believes and the upstream can do
