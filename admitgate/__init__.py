@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from .asgi.identity import Identity
     from .asgi.middleware import AdmitGate
     from .asgi.quota import Quota
-    from .asgi.tenants import Tenancy
     from .backends.shared import RedisBudget
     from .config import load
     from .core.clock import ManualClock
     from .core.errors import ConfigError
     from .core.priority import Priority
     from .core.settings import Settings
+    from .core.tenants.policy import Tenancy
     from .limit.aimd import AIMD
     from .limit.bdp import BandwidthDelay
     from .limit.capacity import LiveCapacity
@@ -57,7 +57,7 @@ _HOMES = {
     "RedisBudget": "backends.shared",
     "Settings": "core.settings",
     "Static": "limit.static",
-    "Tenancy": "asgi.tenants",
+    "Tenancy": "core.tenants.policy",
     "load": "config",
     "metrics_app": "metrics",
 }

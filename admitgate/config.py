@@ -70,10 +70,10 @@ from .asgi.headers import HeaderPolicy
 from .asgi.identity import Identity
 from .asgi.quota import Quota
 from .asgi.routing import Router
-from .asgi.tenants import Tenancy
 from .core.errors import ConfigError, imported
 from .core.priority import Priority
 from .core.settings import Settings
+from .core.tenants.policy import Tenancy
 from .limit.estimators import ESTIMATORS, capacity_from_config
 
 log = logging.getLogger("admitgate")

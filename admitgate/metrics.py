@@ -128,7 +128,7 @@ _SUMMED = frozenset({RATE, CAPACITY, LAMBDA_NEW, HEADROOM, FLOOR, WAITERS, INFLI
 
 
 class Ranked(Protocol):
-    """The tenants' table, as the collectors read it (:class:`~admitgate.asgi.tenants.Tenants` is one)."""
+    """The tenants' table, as the collectors read it (:class:`~admitgate.core.tenants.Tenants` is one)."""
 
     def top(self, k: int, now: float) -> list[tuple[str, int, float]]:
         """The ``k`` tenants with the most rejections: (name, rejections, share in requests/s)."""

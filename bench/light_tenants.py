@@ -2,7 +2,7 @@
 
     python bench/light_tenants.py [--light 10,50] [--period 2] [--busy 100] [--seconds 20] [--json]
 
-The real :class:`~admitgate.asgi.tenants.Tenants` and :class:`~admitgate.core.gate.Gate` on a virtual clock
+The real :class:`~admitgate.core.tenants.Tenants` and :class:`~admitgate.core.gate.Gate` on a virtual clock
 (decided as the middleware decides: the fast path, then ``admit``; holds end at their ends), at a typed-in
 capacity of 100/s with the default settings. ``--light N`` tenants each have one client that asks once every
 ``--period`` seconds; tenant ``busy`` has ``--busy`` clients, each asking again 0.5 s after it is served
@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from admitgate import Settings, Tenancy
-from admitgate.asgi.tenants import Tenants
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.core.tenants import Tenants
 
 CAPACITY = 100.0
 THINK = 0.5  # seconds a busy client waits after it is served
@@ -56,18 +56,17 @@ def run(light: int, period: float, busy: int, seconds: float, warmup: float, ten
         counted = now >= warmup
         kind = "busy" if tenant == "busy" else "light"
         if held is None:
-            scope = {"type": "http", "headers": [(b"x-api-key", tenant.encode())], "client": ("192.0.2.1", client)}
             if counted and kind == "light" and first:
                 light_asked += 1
             key = (tenant, client)
             if table is None:
                 decision = root.admit(1.0, priority, now, lambda key=key: key)
-            elif table.take(scope, 1.0, now):
+            elif table.try_take(1.0, now, tenant):
                 decision = None
             else:
-                decision = table.admit(1.0, priority, now, lambda key=key: key, scope)
+                decision = table.admit(1.0, priority, now, lambda key=key: key, tenant)
         else:
-            decision = root.end_hold(held, now)
+            decision = (root if table is None else table).end_hold(held, now)
         if decision is not None and decision.delay:
             heapq.heappush(events, (now + decision.delay, next(seq), tenant, client, first, decision))
             continue

@@ -11,15 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admitgate import ConfigError, Settings
-from admitgate.core.gate import ADMITTED, COLLAPSE, RECHECK, ROOM_WAIT, SPARE, Decision, Gate, Verdict
+from admitgate.core.gate import ADMITTED, Decision, Gate, Verdict
+from admitgate.core.ledger import Parent
 from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.core.probes import Probes
 from admitgate.core.rate import RateReading, StaticCapacity
+from admitgate.core.tuning import GATE
 from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import Static
 
 DEFAULT = DEFAULT_CLASSES["default"]
+COLLAPSE, RECHECK, ROOM_WAIT, SPARE = GATE.collapse, GATE.recheck, GATE.room_wait, GATE.spare
 CRITICAL = DEFAULT_CLASSES["critical"]
 SHEDDABLE = DEFAULT_CLASSES["sheddable"]
 
@@ -798,7 +801,8 @@ def test_a_hold_a_small_cut_turns_away_gives_its_place_to_the_next_request() -> 
     for releases, wait in ((True, 0.01), (False, 0.21)):
         source = Rate(10.0)
         g = Gate(source, Settings(burst=1.0, max_pacing_delay=1.0, tarpit=0.0), now=0.0)
-        g.releases = releases  # (a tenant's pool's gate; a plain gate leaves the token unused, as a bucket would)
+        g.parent = Parent(None, SPARE) if releases else None  # (a tenant's pool's gate; a plain gate leaves the token
+        # unused, as a bucket would)
         first = [admit(g, 0.0, key=i) for i in range(11)]
         assert [d.verdict for d in first] == [Verdict.ADMIT] + [Verdict.PACE] * 10
         source.value = 9.9
@@ -831,7 +835,7 @@ def _guarded(guard_rate: float, guard_burst: float) -> tuple[Gate, TokenPacer]:
     """A gate of 100/s (burst 10) whose admissions are also bounded by a guard bucket (a tenants' pool's)."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=10.0))
     guard = TokenPacer(guard_rate, guard_burst, now=0.0, max_debt=100.0)
-    gate.guard = guard
+    gate.parent = Parent(guard, SPARE)
     return gate, guard
 
 
@@ -889,7 +893,7 @@ def test_a_request_whose_token_in_the_guard_comes_due_while_nothing_more_may_be_
     """Its token in the replica's bucket is reserved; due when the in-flight limit is reached, it is held on for
     room as any hold is (it kept its tokens), not let in beyond the limit."""
     gate = bounded(100.0, floor=4.0, burst=10, tarpit=0.0)
-    gate.guard = guard = TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0)
+    gate.parent = Parent(guard := TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0), SPARE)
     first, second = (gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(2))
     assert first.verdict is Verdict.ADMIT and second.guard is not None  # (its place in the guard: due at 0.05 s)
     for _ in range(4):
@@ -904,7 +908,7 @@ def test_a_hold_whose_own_token_comes_due_while_the_guard_is_short_reserves_its_
     """Held for its own bucket's token (due at 0.01 s), it finds the replica's bucket spent by the others meanwhile:
     it reserves its token there, in turn, and goes in when that is due, not at once."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
-    gate.guard = guard = TokenPacer(20.0, 5.0, now=0.0, max_debt=100.0)
+    gate.parent = Parent(guard := TokenPacer(20.0, 5.0, now=0.0, max_debt=100.0), SPARE)
     guard.cap(3.0, 0.0)  # (the other pools spent some: no more than half of its burst is left after this one)
     assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT
     held = gate.admit(1.0, DEFAULT, 0.0, lambda: None)
@@ -921,7 +925,7 @@ def test_a_request_waiting_in_the_guard_beyond_its_window_after_a_cut_is_given_a
     """μ is cut while it waits for its token in the replica's bucket: that token now comes beyond its pacing window
     (1 s). It gives the token up and is told its place, rather than held for seconds past the window."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=10.0, max_pacing_delay=1.0))
-    gate.guard = guard = TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0)
+    gate.parent = Parent(guard := TokenPacer(20.0, 1.0, now=0.0, max_debt=100.0), SPARE)
     decisions = [
         gate.admit(
             1.0,
@@ -989,8 +993,8 @@ def test_a_request_short_of_its_pools_token_goes_in_on_what_the_pools_left_in_th
     counts as a new request in λ_new. Not below that, nor for a class that leaves part of a burst (its reserve is the
     pools' own), nor with no room in flight."""
     gate = Gate(100.0, Settings(tarpit=0.0, burst=1.0))
-    gate.guard = guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
-    assert gate.keep == SPARE == 0.5
+    gate.parent = Parent(guard := TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0), SPARE)
+    assert gate.parent.keep == SPARE == 0.5
     assert gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.ADMIT  # its own token: 9 left in the guard
     decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(3)]
     assert [d.verdict for d in decisions] == [Verdict.ADMIT] * 2 + [Verdict.PACE]  # (9 and 8 leave 5 and two more)
@@ -999,10 +1003,10 @@ def test_a_request_short_of_its_pools_token_goes_in_on_what_the_pools_left_in_th
     assert gate.new_requests == 4
     assert gate.admit(1.0, SHEDDABLE, 0.01, lambda: None).verdict is not Verdict.ADMIT  # (8 in the guard: not for it)
     assert gate.admit(1.0, DEFAULT, 0.01, lambda: None).verdict is Verdict.ADMIT and gate.stats.spare == 3
-    gate.keep = 0.6  # (a class reserving 0.6 of the burst in use: 6 and two more kept)
+    gate.parent.keep = 0.6  # (a class reserving 0.6 of the burst in use: 6 and two more kept)
     assert gate.admit(1.0, DEFAULT, 0.02, lambda: None).verdict is Verdict.PACE and gate.stats.spare == 3
     bounded_gate = bounded(100.0, floor=1.0, burst=1, tarpit=0.0)
-    bounded_gate.guard = TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0)
+    bounded_gate.parent = Parent(TokenPacer(100.0, 10.0, now=0.0, max_debt=100.0), SPARE)
     assert go_in(bounded_gate, bounded_gate.admit(1.0, DEFAULT, 0.0, lambda: None), 0.0).verdict is Verdict.ADMIT
     assert bounded_gate.admit(1.0, DEFAULT, 0.0, lambda: None).verdict is Verdict.PACE  # (one in flight: the limit)
     assert bounded_gate.stats.spare == 0

@@ -7,10 +7,12 @@ import pytest
 
 from admitgate import ManualClock, Settings
 from admitgate.asgi.pacing import hold
-from admitgate.core.gate import RECHECK, Gate, Verdict
+from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.core.tuning import GATE
 
 DEFAULT = DEFAULT_CLASSES["default"]
+RECHECK = GATE.recheck
 
 
 class Rate:

@@ -15,11 +15,11 @@ import redis
 import redis.asyncio as aioredis
 
 from admitgate import AdmitGate, ConfigError, Settings
-from admitgate.asgi.tenants import Tenancy, Tenants
 from admitgate.backends.shared import LEASE, RedisBudget, backend_from_url
 from admitgate.core.clock import ManualClock
 from admitgate.core.gate import Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.core.tenants import Tenancy, Tenants
 from admitgate.sim.summary import HerdResult
 from lab.herd import run_herd
 from lab.http1 import Http1Client
@@ -128,12 +128,12 @@ def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) ->
         tenants = Tenants(Tenancy(key="header:x-api-key", establish=1), gate, now=time.monotonic())
         budget = RedisBudget(redis_server.url, name="t6", timeout=0.5)
         budget.attach(gate, 200.0)
-        scope = {"type": "http", "headers": [(b"x-api-key", b"k1")], "client": ("192.0.2.1", 4000)}
+        scope = "k1"  # the requests' tenant, as the shell names it
         admitted = 0
         for _ in range(8):  # 100 requests/s of one tenant for 0.8 s, a lease every 0.1 s
             for _ in range(10):
                 now = time.monotonic()
-                taken = tenants.take(scope, 1.0, now)
+                taken = tenants.try_take(1.0, now, scope)
                 decision = None if taken else tenants.admit(1.0, DEFAULT_CLASSES["default"], now, lambda: None, scope)
                 admitted += taken or (decision is not None and decision.verdict is Verdict.ADMIT and not decision.delay)
                 await asyncio.sleep(0.01)
@@ -145,7 +145,7 @@ def test_a_replica_with_tenants_leases_for_what_its_tenants_ask(redis_server) ->
     asyncio.run(run())
 
 
-BIG = {"type": "http", "headers": [(b"x-api-key", b"big")], "client": ("192.0.2.1", 4000)}
+BIG = "big"  # a request's tenant, as the shell names it
 
 
 def tenant_replica(url: str, name: str, establish: int = 1, clock: ManualClock | None = None
@@ -169,7 +169,7 @@ def herd_in_tenant(tenants: Tenants, clients: int, first: int = 0) -> list[int]:
     told = []
     for i in range(first, first + clients):
         now = time.monotonic()
-        if not tenants.take(BIG, 1.0, now):
+        if not tenants.try_take(1.0, now, BIG):
             decision = tenants.admit(1.0, DEFAULT_CLASSES["default"], now, lambda i=i: f"client-{i}", BIG)
             if decision.verdict is Verdict.REJECT:
                 told.append(decision.retry_after)
@@ -321,7 +321,7 @@ def test_herds_in_several_tenants_on_an_idle_replica_divide_its_share_of_the_fle
 
     async def run() -> None:
         gate, tenants, budget = tenant_replica(redis_server.url, "t10")
-        scopes = [{**BIG, "headers": [(b"x-api-key", f"t{k}".encode())]} for k in range(4)]
+        scopes = [f"t{k}" for k in range(4)]  # (the requests' tenants, as the shell names them)
         for step in range(12):  # 1.2 s: each tenant asks once in the first 0.1 s, then waits
             if step == 1:
                 for scope in scopes:
@@ -441,8 +441,9 @@ def test_a_replica_keeps_its_grant_while_its_tenants_requests_are_held_for_token
         tokens = [pacer.reserve(1.0, clock(), 1.5) for _ in range(2 * round(pacer.burst + pacer.rate * 0.1))]
         assert None not in tokens
         tenants.rebalance(clock())
-        assert gate.owed_below > 0
-        budget._seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.delegated  # nothing asked
+        assert gate.ledger.owed > 0
+        # nothing asked:
+        budget._seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.ledger.delegated
         clock.advance(0.1)
         assert await budget.lease(clock())
         assert gate.pacer.rate == pytest.approx(rate)  # (was 10/s)
@@ -507,10 +508,10 @@ def test_a_replica_whose_tenants_owed_tokens_are_repaid_stops_asking_for_them(re
         tokens = [pacer.reserve(1.0, clock(), 1.5) for _ in range(2 * round(pacer.burst + pacer.rate * 0.1))]
         assert None not in tokens
         tenants.rebalance(clock())
-        assert gate.owed_below > 0
+        assert gate.ledger.owed > 0
         repaid = clock() + max(pacer.due_in(token, clock()) for token in tokens)
         for _ in range(12):  # no request, no reallocation: the pool's debt is repaid within 0.3 s
-            budget._seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.delegated
+            budget._seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.ledger.delegated
             clock.advance(0.1)
             await asyncio.sleep(0.1)  # (the shared bucket refills on Redis's clock)
             assert await budget.lease(clock())

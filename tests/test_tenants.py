@@ -14,23 +14,30 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, ManualClock, Settings
-from admitgate.asgi.tenants import HISTORY, NEWCOMERS, SLACK, Share, Split, Tenancy, Tenants, _rates
+from admitgate.asgi.keys import naming
 from admitgate.config import load
 from admitgate.core.fair import fair_shares
-from admitgate.core.gate import ADMITTED, ROOM_WAIT, Decision, Gate, Verdict
+from admitgate.core.gate import ADMITTED, Decision, Gate, Verdict
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.core.settings import MIN_RATE
+from admitgate.core.tenants import Tenancy, Tenants
+from admitgate.core.tenants.policy import NEWCOMERS
+from admitgate.core.tenants.pool import asked_rates as _rates
+from admitgate.core.tenants.share import Share, Split
+from admitgate.core.tenants.tuning import FAIR
+from admitgate.core.tuning import GATE
 from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import Static
 from tests.test_middleware import call, http_scope
 
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
+HISTORY, SLACK, ROOM_WAIT = FAIR.history, FAIR.slack, GATE.room_wait
 
 
-def scope(name: str | None) -> dict[str, object]:
-    headers = [] if name is None else [(b"x-api-key", name.encode())]
-    return {"type": "http", "headers": headers, "client": ("192.0.2.1", 4000)}
+def scope(name: str | None) -> str | None:
+    """A request of tenant ``name``, as the table is given it: its name (the shell reads it from x-api-key)."""
+    return name
 
 
 def table(rate: float = 100.0, **tenancy: object) -> Tenants:
@@ -69,13 +76,12 @@ class Run:
         return self
 
     def go(self) -> Run:
-        root = self.tenants.root
         while self._events:
             now, _, tenant, held = heapq.heappop(self._events)
             if held is None:
                 decision = self.tenants.admit(1.0, DEFAULT, now, lambda: None, scope(tenant))
             else:
-                after = root.end_hold(held, now)
+                after = self.tenants.end_hold(held, now)
                 assert after is not None
                 decision = after
             if decision.delay:
@@ -427,8 +433,7 @@ def test_a_failing_tenant_function_makes_a_newcomer() -> None:
     def boom(scope: object) -> str:
         raise RuntimeError("no")
 
-    tenants = Tenants(Tenancy(key=boom), Gate(100.0))
-    assert tenants.name(scope("a")) is None
+    assert naming(Tenancy(key=boom).key)({"type": "http", "headers": [(b"x-api-key", b"a")]}) is None
 
 
 @settings(max_examples=25, deadline=None)
@@ -521,7 +526,7 @@ def test_the_tenants_who_asked_before_the_table_opened_keep_their_pools_however_
     run = Run(tenants).send("small", 40.0, 44, 2).send("big", 40.0, 44, 400).go()
     assert tenants.closed
     assert run.rate("small", 40, 44) == 2  # every one of its requests
-    assert tenants.root.new_below == 0.0  # (open, the replica's own λ_new counts the tenants' new requests)
+    assert tenants.root.ledger.new == 0.0  # (open, the replica's own λ_new counts the tenants' new requests)
 
 
 def test_the_fast_path_takes_nothing_from_a_pool_while_the_table_is_open() -> None:
@@ -534,8 +539,9 @@ def test_the_fast_path_takes_nothing_from_a_pool_while_the_table_is_open() -> No
     pool = tenants.pool_of("a", 3.01)
     assert pool.awake and pool.gate.pacer.tokens(3.01) >= 1
     pool.gate.next_refresh = math.inf  # as if its rate had just been read
-    assert not tenants.take(scope("a"), 1.0, 3.01)
-    assert pool.asked == 0
+    taken = pool.gate.pacer.taken
+    tenants.try_take(1.0, 3.01, scope("a"))  # (open: the replica's bucket's answer)
+    assert pool.asked == 0 and pool.gate.pacer.taken == taken
 
 
 def test_clients_turned_away_keep_the_table_closed_whatever_they_are_counted_to_ask() -> None:
@@ -602,12 +608,12 @@ def _admissions(tenants: Tenants, arrivals: list[tuple[float, str]], cost: float
             if not tenants.closed and now < root.next_refresh and root.pacer.try_take(cost, now):
                 admitted.append(now)
                 continue
-            if tenants.take(scope(name), cost, now):
+            if tenants.try_take(cost, now, scope(name)):
                 admitted.append(now)
                 continue
             decision = tenants.admit(cost, DEFAULT, now, lambda: None, scope(name))
         else:
-            after = root.end_hold(held, now)
+            after = tenants.end_hold(held, now)
             assert after is not None
             decision = after
         if decision.delay:
@@ -980,7 +986,7 @@ def test_a_pools_holds_follow_the_roots_risen_rate_when_no_new_request_comes_to_
     last = 0.0
     while wakes:
         at, i = heapq.heappop(wakes)
-        after = root.end_hold(held[i], at)
+        after = tenants.end_hold(held[i], at)
         assert after is not None
         held[i] = after
         if after.delay:
@@ -1098,7 +1104,7 @@ def _once(tenants: Tenants, tenant: str | None, clients: int) -> None:
     held = sorted((d.delay, k, d) for k, d in enumerate(first) if d.delay)
     while held:
         at, k, decision = held.pop(0)
-        after = tenants.root.end_hold(decision, at)
+        after = tenants.end_hold(decision, at)
         if after is not None and after.delay:
             held = sorted([*held, (at + after.delay, k, after)])
 
@@ -1263,7 +1269,7 @@ def _obeying(tenants: Tenants, clients: list[tuple[float, str, bool]], end: floa
     """Clients (first request time, tenant, obeys) each sending one request until served, decided as the middleware
     decides: one that obeys comes back when told, one that does not is gone. Returns (time, tenant) admitted and
     the 429s per tenant."""
-    root, seq = tenants.root, itertools.count()
+    seq = itertools.count()
     events: list[tuple[float, int, str, int, bool, Decision | None]] = [
         (t, i, name, i, obeys, None) for i, (t, name, obeys) in enumerate(clients)
     ]
@@ -1275,10 +1281,10 @@ def _obeying(tenants: Tenants, clients: list[tuple[float, str, bool]], end: floa
         if now > end:
             break
         if held is not None:
-            after = root.end_hold(held, now)
+            after = tenants.end_hold(held, now)
             assert after is not None
             decision: Decision | None = after
-        elif tenants.take(scope(name), 1.0, now):
+        elif tenants.try_take(1.0, now, scope(name)):
             decision = None
         else:
             decision = tenants.admit(1.0, DEFAULT, now, lambda c=client: c, scope(name))  # type: ignore[misc]
@@ -1450,15 +1456,16 @@ def test_the_fast_path_agrees_with_admit_under_steady_traffic_below_the_rate() -
     ],
 )
 def test_the_fast_path_reads_a_tenants_header_as_admit_does(headers: list[tuple[bytes, ...]] | None) -> None:
-    """Tenants.take reads a header key inline: what it admits at once is in the pool admit would choose, and a
-    scope it cannot read is left to admit (which never raises either)."""
+    """The shell names a request once by its header key (a scope it cannot read names no tenant, and never
+    raises): what the fast path admits at once by that name is in the pool admit would choose."""
     one, two = table(rate=1000.0, establish=1), table(rate=1000.0, establish=1)
     request = {"type": "http", "client": ("192.0.2.1", 4000)} | ({} if headers is None else {"headers": headers})
+    name = naming("header:x-api-key")(request)
     for k in range(5):
         now = k * 0.01
-        decision = one.admit(1.0, DEFAULT, now, lambda: None, request)
-        if not two.take(request, 1.0, now):
-            assert two.admit(1.0, DEFAULT, now, lambda: None, request).verdict is decision.verdict
+        decision = one.admit(1.0, DEFAULT, now, lambda: None, name)
+        if not two.try_take(1.0, now, name):
+            assert two.admit(1.0, DEFAULT, now, lambda: None, name).verdict is decision.verdict
         assert decision.verdict is Verdict.ADMIT
     assert [(str(p.name), p.gate.pacer.taken) for p in one.pools(now)] == \
         [(str(p.name), p.gate.pacer.taken) for p in two.pools(now)]  # fmt: skip
@@ -1472,15 +1479,15 @@ def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | Non
         now += step
         key = (name, client)
         decision = one.admit(1.0, DEFAULT, now, lambda key=key: key, scope(name))
-        if two.take(scope(name), 1.0, now):
+        if two.try_take(1.0, now, scope(name)):
             assert decision.verdict is Verdict.ADMIT and not decision.delay
         else:
             other = two.admit(1.0, DEFAULT, now, lambda key=key: key, scope(name))
             assert (other.verdict, other.delay, other.retry_after) == (decision.verdict, decision.delay,
                                                                        decision.retry_after)  # fmt: skip
         assert _pool_state(one, name, now) == _pool_state(two, name, now)
-        assert (one.next_rebalance, one.root.delegated, one.spare) == (two.next_rebalance, two.root.delegated,
-                                                                        two.spare)  # fmt: skip
+        assert (one.next_rebalance, one.root.ledger.delegated, one.spare) == (
+            two.next_rebalance, two.root.ledger.delegated, two.spare)  # fmt: skip
         assert _guard_tokens(one, now) == _guard_tokens(two, now)
     for name in ("a", "b", "c"):
         pools = [t._pools.get(name, now) for t in (one, two)]
@@ -1494,7 +1501,7 @@ def _side_by_side(one: Tenants, two: Tenants, steps: list[tuple[float, str | Non
 
 def _guard_tokens(tenants: Tenants, now: float) -> float | None:
     """The replica's bucket's tokens at ``now`` (to nine places), or None without one."""
-    guard = tenants._guard
+    guard = tenants.parent.bucket
     return None if guard is None else round(guard.tokens(now), 9)
 
 
@@ -1504,14 +1511,14 @@ def test_the_fast_path_takes_from_neither_bucket_when_the_replicas_is_short() ->
     tenants = table(rate=50.0, establish=1)
     assert tenants.admit(1.0, DEFAULT, 0.0, lambda: None, scope("a")).verdict is Verdict.ADMIT  # establishes "a"
     now = 0.01
-    pool, guard = tenants._pools.get("a", now), tenants._guard
+    pool, guard = tenants._pools.get("a", now), tenants.parent.bucket
     assert pool is not None and guard is not None and pool.awake
-    assert tenants.take(scope("a"), 1.0, now)  # both hold a token: one taken from each
+    assert tenants.try_take(1.0, now, scope("a"))  # both hold a token: one taken from each
     before = pool.gate.pacer.tokens(now), guard.tokens(now)
     assert before[0] >= 1.0
     guard.charge(guard.tokens(now) - 0.5, now)  # the others' pools took the replica's bucket down to half a token
     short = guard.tokens(now)
-    assert not tenants.take(scope("a"), 1.0, now)
+    assert not tenants.try_take(1.0, now, scope("a"))
     assert (pool.gate.pacer.tokens(now), guard.tokens(now)) == (before[0], short)
     assert pool.asked == 2.0 and pool.gate.pacer.taken == 2
 
@@ -1532,7 +1539,7 @@ def test_the_fast_path_takes_a_plain_request_from_its_tenants_bucket() -> None:
     pool = tenants._pools.get("a", 0.01)
     assert pool is not None and pool.awake
     taken = pool.gate.pacer.taken
-    assert tenants.take(scope("a"), 1.0, 0.01)
+    assert tenants.try_take(1.0, 0.01, scope("a"))
     assert pool.gate.pacer.taken == taken + 1 and pool.asked == 2.0
 
 
@@ -1553,7 +1560,7 @@ def test_the_fast_path_leaves_a_request_to_admit_while_someone_in_its_pool_holds
     later = now + 2.5  # the paced requests have had their tokens, and one is free (no reallocation between)
     tenants.next_rebalance = tenants.root.next_refresh = pool.gate.next_refresh = later + 1.0
     assert pool.gate.pacer.tokens(later) >= 1.0
-    assert not tenants.take(scope("a"), 1.0, later)
+    assert not tenants.try_take(1.0, later, scope("a"))
     assert tenants.admit(1.0, DEFAULT, later, lambda: rejected, scope("a")).verdict is Verdict.ADMIT
     assert pool.gate.schedule.holders == 0  # its place given up: it got in early
 
@@ -1571,7 +1578,7 @@ def test_every_request_a_pool_decides_is_counted_for_a_shared_budget() -> None:
         now, _, client, held = heapq.heappop(events)
         if held is not None:
             holds += 1
-            decision = root.end_hold(held, now)
+            decision = tenants.end_hold(held, now)
         else:
             decision = tenants.admit(1.0, DEFAULT, now, lambda client=client: client, scope("a"))
         assert decision is not None
@@ -1581,7 +1588,7 @@ def test_every_request_a_pool_decides_is_counted_for_a_shared_budget() -> None:
             heapq.heappush(events, (now + decision.retry_after, next(seq), client, None))
     pools = [p for p in (tenants._pools.get("a", now), tenants.newcomers) if p is not None]
     assert holds > 100
-    assert root.delegated == sum(p.gate.pacer.taken + p.gate.pacer.asked for p in pools)
+    assert root.ledger.delegated == sum(p.gate.pacer.taken + p.gate.pacer.asked for p in pools)
 
 
 @settings(max_examples=25, deadline=None)
@@ -1600,16 +1607,16 @@ def test_the_root_counts_the_places_held_in_its_pools_at_every_step(herds: list[
     while events:
         now, _, client, name, held = heapq.heappop(events)
         if held is not None:
-            decision = root.end_hold(held, now)
+            decision = tenants.end_hold(held, now)
         else:
             decision = tenants.admit(1.0, DEFAULT, now, lambda client=client: client, scope(name))
         assert decision is not None
-        assert root.held_below == sum(pool.gate.schedule.holders for pool in tenants.pools(now))
+        assert root.ledger.held == sum(pool.gate.schedule.holders for pool in tenants.pools(now))
         if decision.delay:
             heapq.heappush(events, (now + decision.delay, next(seq), client, name, decision))
         elif decision.verdict is Verdict.REJECT:
             heapq.heappush(events, (now + decision.retry_after, next(seq), client, name, None))
-    assert root.held_below == 0
+    assert root.ledger.held == 0
 
 
 def test_a_tenant_new_in_an_outage_is_told_its_place_and_nothing_fails() -> None:
@@ -1670,10 +1677,10 @@ def _impatient(
         if now > seconds:
             break
         if held is not None:
-            decision = root.end_hold(held, now)
+            decision = tenants.end_hold(held, now)
             assert decision is not None
-        elif (not tenants.closed and now < root.next_refresh and root.pacer.try_take(1.0, now)) or tenants.take(
-            scope(name), 1.0, now
+        elif (not tenants.closed and now < root.next_refresh and root.pacer.try_take(1.0, now)) or tenants.try_take(
+            1.0, now, scope(name)
         ):
             decision = ADMITTED  # (the replica's bucket while the table is open, else the tenant's fast path)
         else:
@@ -1717,7 +1724,7 @@ def test_a_greedy_tenant_takes_nothing_a_sheddable_tenant_beside_it_needs_within
 
     sheddable = DEFAULT_CLASSES["sheddable"]
     tenants = table(rate=100.0, establish=1)
-    root, seq = tenants.root, itertools.count()
+    seq = itertools.count()
     events: list[tuple[float, int, str, Decision | None]] = [(k / 300.0, next(seq), "greedy", None) for k in
                                                              range(15 * 300)]  # fmt: skip
     events += [(0.005 + k / 45.0, next(seq), "modest", None) for k in range(15 * 45)]
@@ -1726,9 +1733,9 @@ def test_a_greedy_tenant_takes_nothing_a_sheddable_tenant_beside_it_needs_within
     while events:
         now, _, name, held = heapq.heappop(events)
         if held is not None:
-            decision = root.end_hold(held, now)
+            decision = tenants.end_hold(held, now)
             assert decision is not None
-        elif name == "greedy" and tenants.closed and tenants.take(scope(name), 1.0, now):
+        elif name == "greedy" and tenants.closed and tenants.try_take(1.0, now, scope(name)):
             decision = ADMITTED
         else:
             priority = sheddable if name == "modest" else DEFAULT
@@ -1742,11 +1749,11 @@ def test_a_greedy_tenant_takes_nothing_a_sheddable_tenant_beside_it_needs_within
 
 def test_what_a_request_on_the_replicas_bucket_alone_leaves_there_follows_the_classes_reserves() -> None:
     """Gate.keep: SPARE, or the largest reserve of the middleware's classes if more, in every pool."""
-    from admitgate.core.gate import SPARE
+    SPARE = GATE.spare
     from admitgate.core.priority import Priority
 
     tenants = table(rate=100.0, establish=1)
-    assert all(pool.gate.keep == SPARE for pool in tenants.pools(0.0))
+    assert all(pool.gate.parent.keep == SPARE for pool in tenants.pools(0.0))
 
     async def ok(scope, receive, send):  # pragma: no cover (never called)
         pass
@@ -1754,4 +1761,4 @@ def test_what_a_request_on_the_replicas_bucket_alone_leaves_there_follows_the_cl
     app = AdmitGate(ok, rate=100, tenants=Tenancy(establish=1), classes={"bulk": Priority("bulk", reserve=0.8)},
                     default_class="bulk")  # fmt: skip
     assert app.tenants is not None
-    assert app.tenants.pool_of("t", 0.0).gate.keep == 0.8 and app.tenants.newcomers.gate.keep == 0.8
+    assert app.tenants.pool_of("t", 0.0).gate.parent.keep == 0.8 and app.tenants.newcomers.gate.parent.keep == 0.8

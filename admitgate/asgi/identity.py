@@ -34,7 +34,7 @@ from itertools import chain
 from typing import Any
 
 from ..core.clock import Clock
-from ..core.errors import ConfigError, choice, flag, function, integer
+from ..core.errors import ConfigError, choice, flag, function, header_name, integer
 from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])
@@ -48,8 +48,6 @@ SOURCES = ("x-forwarded-for", "forwarded")
 MAX_TRUSTED_HOPS = 32
 #: Request fields that tell the users sharing one connection apart (every line; the cookie without our ticket).
 USER_FIELDS = frozenset({b"authorization", b"cookie", b"forwarded", b"user-agent", b"x-forwarded-for", b"x-real-ip"})
-#: The characters of a header name (an RFC 9110 token).
-_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
 #: Bytes of a forwarded node kept (an IPv6 address with zone and port is under 64).
 _MAX_NODE = 256
 #: Forwarded parameters looked at in one element: a proxy writes for, by, host and proto.
@@ -164,10 +162,7 @@ def connection_key(trusted_hops: int = 0, forwarded: str = "x-forwarded-for") ->
 
 def header_key(name: str) -> KeyFunc:
     """Key by the value of request header ``name`` (every line, comma-joined); None if absent."""
-    stripped = name.strip().lower() if isinstance(name, str) else ""
-    if not stripped or not all(c in _TCHAR for c in stripped):
-        raise ConfigError("key", "'header:<name>' needs a header name (letters, digits and !#$%&'*+-.^_`|~)", name)
-    raw = stripped.encode("ascii")
+    raw = header_name("key", name).encode("ascii")
 
     def key(scope: Scope) -> Hashable | None:
         value = b", ".join(header_values(scope, raw))

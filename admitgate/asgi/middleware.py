@@ -22,12 +22,14 @@ from prometheus_client import CollectorRegistry
 
 from ..backends.shared import RedisBudget, backend_from_url
 from ..core.clock import Clock
+from ..core.decision import Decider, Decision, Verdict
 from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
-from ..core.gate import Decision, Gate, Verdict
+from ..core.gate import Gate
 from ..core.priority import Priority, Rule
 from ..core.probes import Probes
 from ..core.rate import Capacity
 from ..core.settings import Settings
+from ..core.tenants import Tenancy, Tenants
 from ..metrics import (
     ABANDONED,
     AFTER_PACING,
@@ -41,12 +43,12 @@ from ..metrics import (
 from .cors import is_preflight
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
+from .keys import TenantFunc, naming
 from .pacing import hold
 from .quota import Quota, QuotaGuard
 from .responses import Responder
 from .routing import Router
 from .startup import built_by_starlette, fail_startup
-from .tenants import Tenancy, Tenants
 from .ticket import RetryTicket
 from .types import ASGIApp, Message, Receive, Scope, Send
 from .workers import Server, detect, worker_secret
@@ -75,7 +77,7 @@ class AdmitGate:
     process only), a Redis URL or a :class:`~admitgate.backends.shared.RedisBudget`: then ``rate`` is the whole
     fleet's, shared through Redis. ``workers``: how many processes of one server share ``rate`` (each
     admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
-    ``tenants``: who the tenants are (:class:`~admitgate.asgi.tenants.Tenancy`): each gets its weighted fair share
+    ``tenants``: who the tenants are (:class:`~admitgate.Tenancy`): each gets its weighted fair share
     of the capacity and a retry schedule of its own (None: one pool for all, the default). ``quota``: a hard
     limit per key (:class:`~admitgate.asgi.quota.Quota`, such as ``Quota("100/minute")``), checked before the
     gate: a request over it is refused without taking a token; with a Redis ``backend`` the count is the fleet's.
@@ -131,9 +133,10 @@ class AdmitGate:
             self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
             self.router.check_burst(self.gate.pacer.burst)
             reserve = max((c.reserve for c in self.router.classes.values()), default=0.0)  # (see Gate.keep)
-            self.tenants = None if tenants is None else Tenants(tenants, self.gate, trusted_hops=identity.trusted_hops,
-                                                               forwarded=identity.forwarded, reserve=reserve,
-                                                               now=now)  # fmt: skip
+            self.tenants = None if tenants is None else Tenants(tenants, self.gate, reserve=reserve, now=now)
+            #: the request's tenant's name, read once per request (None without tenants)
+            self._tenant_of: TenantFunc | None = None if tenants is None else naming(
+                tenants.key, identity.trusted_hops, identity.forwarded)  # fmt: skip
             if quota is not None and not isinstance(quota, Quota):
                 raise ConfigError("quota", "must be an admitgate.Quota (or None)", quota)
             self._quota = None if quota is None else QuotaGuard(quota, clock, identity.trusted_hops,
@@ -155,17 +158,14 @@ class AdmitGate:
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule = self.router.cache.get
-        self._take = self.gate.pacer.try_take
-        self._book = self.gate.schedule.book
-        self._tenant_take = None
-        if self.tenants is not None:  # the replica's bucket while the table is open, else the tenants' fast path
-            self._book, self._tenant_take = self.tenants.closed, self.tenants.take
+        #: what decides each request: the tenants' table, or the gate
+        self.decider: Decider = self.tenants if self.tenants is not None else self.gate
+        self._take = self.decider.try_take
         self._on_admit = self.headers.on_admit
         self._probes = self.gate.probes
-        self._bound = self.gate.bound  # the in-flight limit the fast path must leave room in, if any
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
-        self.responses = Responder(self, self.headers, self.gate, self.tenants, self._quota, self.ticket, clock,
+        self.responses = Responder(self, self.headers, self.gate, self.decider, self._quota, self.ticket, clock,
                                    wall_clock)  # fmt: skip
         self.backend = backend
         if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
@@ -207,10 +207,8 @@ class AdmitGate:
                 if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
                     send = self.responses.with_quota_fields(scope, send, answer)
         now = clock()
-        bound = self._bound
-        if not self._book and rule.fast and now < self.gate.next_refresh and (bound is None or bound.inflight -
-                bound.answered < bound.limit) and take(rule.cost, now):  # fmt: skip
-            # Gate.admit's first branch, inlined: nobody holds a place and a token is free
+        tenant = None if self._tenant_of is None else self._tenant_of(scope)  # (the request's tenant, named once)
+        if rule.fast and take(rule.cost, now, tenant):  # admitted at once: nobody holds a place, a token is free
             if self._bare:
                 app = self.app
                 await app(scope, receive, send)
@@ -219,14 +217,8 @@ class AdmitGate:
         elif rule.exempt:
             await self.app(scope, receive, send)
             return
-        elif rule.fast and self._tenant_take is not None and self._tenant_take(scope, rule.cost, now):
-            if self._bare:  # (the same fast path in the request's tenant's pool)
-                app = self.app
-                await app(scope, receive, send)
-                return
-            outcome = AT_ONCE
         else:
-            decision = self._decide(scope, rule, now)
+            decision = self._decide(scope, rule, now, tenant)
             if decision.delay or decision.verdict is Verdict.REJECT:
                 settled = await self._settle(scope, receive, send, rule, decision)
                 if settled is None:  # answered (rejected) or abandoned
@@ -237,7 +229,7 @@ class AdmitGate:
         if self._tally_on:
             self._count(rule, outcome)
         if self._on_admit:
-            send = self.responses.with_limit_fields(scope, send)
+            send = self.responses.with_limit_fields(scope, send, tenant)
         probes = self._probes
         if probes is None:
             app = self.app
@@ -248,7 +240,7 @@ class AdmitGate:
     # The slow path and the probed path are methods of their own: a closure in __call__ would make its
     # captured variables cells, allocated on every request, the fast path's included.
 
-    def _decide(self, scope: Scope, rule: Rule, now: float) -> Decision:
+    def _decide(self, scope: Scope, rule: Rule, now: float, tenant: str | None) -> Decision:
         """The gate's (or the tenant pools') decision on a request the inlined fast path did not admit.
 
         A plain method, not a coroutine: a request admitted here is served without an await of its own;
@@ -259,10 +251,7 @@ class AdmitGate:
         if self.backend is not None:
             self.backend.start()
         identify = lambda: self.identify(scope, now)  # noqa: E731
-        tenants = self.tenants
-        if tenants is None:
-            return self.gate.admit(rule.cost, rule.priority, now, identify)
-        return tenants.admit(rule.cost, rule.priority, now, identify, scope)
+        return self.decider.admit(rule.cost, rule.priority, now, identify, tenant)
 
     async def _settle(
         self, scope: Scope, receive: Receive, send: Send, rule: Rule, decision: Decision
@@ -276,7 +265,7 @@ class AdmitGate:
         if decision.delay:
             paced = decision.verdict is Verdict.PACE
             probes = self._probes if paced else None  # (a tarpit's hold ends in its 429)
-            after, receive = await hold(self.gate, self.clock, self.sleep, decision, scope, receive, probes)
+            after, receive = await hold(self.decider, self.clock, self.sleep, decision, scope, receive, probes)
             if after is None:  # the client went away while held
                 if self._tally_on:
                     self._count(rule, ABANDONED)
@@ -390,18 +379,18 @@ class AdmitGate:
                     scope, receive, send, *self.responses.quota_rejection(retry_after)
                 )
                 return
-        gate, tenants = self.gate, self.tenants
+        decider = self.decider
         now = self.clock()
         identify = lambda: self.identify(scope, now)  # noqa: E731
-        decision: Decision | None = gate.admit(rule.cost, rule.priority, now, identify) if tenants is None else \
-            tenants.admit(rule.cost, rule.priority, now, identify, scope)  # fmt: skip
+        tenant = None if self._tenant_of is None else self._tenant_of(scope)
+        decision: Decision | None = decider.admit(rule.cost, rule.priority, now, identify, tenant)
         while decision is not None and decision.delay:  # a handshake has no body to watch: just wait
             try:
                 await self.sleep(decision.delay)
             except BaseException:
-                gate.end_hold(decision, self.clock(), gone=True)
+                decider.end_hold(decision, self.clock(), gone=True)
                 raise
-            decision = gate.end_hold(decision, self.clock())
+            decision = decider.end_hold(decision, self.clock())
         if decision is None or decision.verdict is not Verdict.REJECT:
             await self.app(scope, receive, send)
             return

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..core.clock import Clock
-from ..core.gate import Decision, Gate, Verdict
+from ..core.decision import Decider, Decision, Verdict
 from ..core.probes import Probes
 from .types import Message, Receive, Scope
 
@@ -32,7 +32,7 @@ def small_body(scope: Scope) -> bool:
     return True
 
 
-async def hold(gate: Gate, clock: Clock, sleep: Sleep, decision: Decision, scope: Scope, receive: Receive,
+async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, scope: Scope, receive: Receive,
                probes: Probes | None = None) -> tuple[Decision | None, Receive]:  # fmt: skip
     """Serve the gate's holds (sleeping on ``sleep``) until it says admit or reject; None if the client went away.
 

@@ -22,7 +22,7 @@ from ..backends.shared import RedisBudget
 from ..core.clock import Clock
 from ..core.errors import ConfigError, integer
 from ..core.quota import Answer, QuotaLimiter, QuotaRate
-from .tenants import TenantFunc, tenant_key
+from .keys import TenantFunc, tenant_key
 
 Scope = Any  # an ASGI scope
 

@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Hashable
 
 from ..core.clock import Clock
+from ..core.decision import Decider
 from ..core.gate import Gate
 from ..core.quota import Answer
 from ..core.schedule import SLOT_GRACE
@@ -21,7 +22,6 @@ from ..metrics import RETRY_AFTER_BOUNDS
 from .cors import AppCors
 from .headers import Header, HeaderPolicy, merge_expose
 from .quota import QuotaGuard
-from .tenants import Tenants
 from .ticket import RetryTicket
 from .types import Message, Receive, Scope, Send
 
@@ -30,10 +30,10 @@ class Responder:
     """The responses of one :class:`~admitgate.asgi.middleware.AdmitGate` (``owner``: where the app's CORS
     layers are looked for). Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets')."""
 
-    def __init__(self, owner: object, headers: HeaderPolicy, gate: Gate, tenants: Tenants | None,
+    def __init__(self, owner: object, headers: HeaderPolicy, gate: Gate, decider: Decider,
                  quota: QuotaGuard | None, ticket: RetryTicket | None, clock: Clock,
                  wall_clock: Clock) -> None:  # fmt: skip
-        self._owner, self.headers, self.gate, self.tenants = owner, headers, gate, tenants
+        self._owner, self.headers, self.gate, self.decider = owner, headers, gate, decider
         self.quota, self.ticket, self.clock, self.wall_clock = quota, ticket, clock, wall_clock
         self.cors = AppCors(headers.exposed)
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)  #: 429s per Retry-After bucket
@@ -83,15 +83,15 @@ class Responder:
 
         return send_with_quota
 
-    def with_limit_fields(self, scope: Scope, send: Send) -> Send:
-        """``send`` adding the gate's rate-limit fields (its bucket, or the tenant's) to an admitted response."""
-        gate, policy, clock, tenants = self.gate, self.headers, self.clock, self.tenants
+    def with_limit_fields(self, scope: Scope, send: Send, tenant: str | None = None) -> Send:
+        """``send`` adding the gate's rate-limit fields (its bucket, or ``tenant``'s) to an admitted response."""
+        policy, clock, decider = self.headers, self.clock, self.decider
         self._resolve_cors(scope)
 
         async def send_with_fields(message: Message) -> None:
             if message["type"] == "http.response.start":
                 now = clock()
-                pacer, rate = (gate.pacer, gate.pacer.rate) if tenants is None else tenants.limit_of(scope, now)
+                pacer, rate = decider.limit_of(tenant, now)
                 tokens = pacer.tokens(now)
                 remaining = max(0, int(tokens))
                 reset = None if remaining else max(1, math.ceil(pacer.wait_time(1.0, now)))

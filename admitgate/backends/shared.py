@@ -62,7 +62,7 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..core.errors import ConfigError, integer, non_negative, positive
-from ..core.gate import MIN_SHARE, Gate
+from ..core.gate import Gate
 
 log = logging.getLogger("admitgate")
 
@@ -217,7 +217,7 @@ class RedisBudget:
         if not self.fleet_rate or self.round_trips == 0:  # (no lease yet, or a fleet rate of 0)
             return None
         mu, new = self.fleet_rate, self.fleet_new
-        fleet = max(mu - new - math.sqrt(new), mu * MIN_SHARE)
+        fleet = max(mu - new - math.sqrt(new), mu * self.gate.tuning.min_share)
         total = self.fleet_backlog - self._backlog + backlog  # others as of the last lease, this one now
         return fleet * backlog / total if backlog > 0 and total > backlog else fleet
 
@@ -242,7 +242,7 @@ class RedisBudget:
         reserve (granted or not), or charged (critical), in the gate or in its tenants' pools. A client told
         to come back later because its place is not due asks for none."""
         gate = self.gate
-        seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.delegated
+        seen = gate.pacer.taken + gate.pacer.asked + gate.stats.critical + gate.ledger.delegated
         demand, self._seen = (seen - self._seen) / self.lease_interval, seen
         return demand
 
@@ -267,8 +267,9 @@ class RedisBudget:
         # the grant fell as the schedule emptied (to 10/s with 80 tokens owed at the end of the fleet herd), and
         # the last holds, their tokens late, were told to come back in a second.
         owed = max(0.0, -gate.pacer.tokens(at))
-        if at < gate.owed_until:  # (its tenants' pools' too, as of the last reallocation, until it is repaid)
-            owed += gate.owed_below
+        below = gate.ledger
+        if at < below.owed_until:  # (its tenants' pools' too, as of the last reallocation, until it is repaid)
+            owed += below.owed
         want = max(want, min(owed, self._grant_rate * self.lease_interval))
         mine = self.local_rate if self.local_rate is not None else gate.pacer.rate
         probes = gate.probes

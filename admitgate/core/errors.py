@@ -10,6 +10,9 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: The characters of an HTTP field name (RFC 9110 ``token``), lower-case.
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
+
 
 class ConfigError(ValueError):
     """Invalid configuration, raised at construction (start-up), never per request.
@@ -118,6 +121,15 @@ def imported(field: str, spec: object) -> Callable[..., object]:
     if not callable(target):
         raise ConfigError(field, "does not name a function", spec)
     return target
+
+
+def header_name(field: str, name: object) -> str:
+    """``name`` stripped and lower-cased if it is an HTTP field name (letters, digits and !#$%&'*+-.^_`|~), else
+    ConfigError: what ``"header:<name>"`` keys read."""
+    stripped = name.strip().lower() if isinstance(name, str) else ""
+    if not stripped or not all(c in _TCHAR for c in stripped):
+        raise ConfigError(field, "'header:<name>' needs a header name (letters, digits and !#$%&'*+-.^_`|~)", name)
+    return stripped
 
 
 def reading(field: str, clock: object) -> float:

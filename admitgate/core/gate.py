@@ -38,156 +38,27 @@ import dataclasses
 import logging
 import math
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Hashable
 
 from .budget import Budget
-from .errors import ConfigError, integer, number
+from .decision import ADMITTED, PACING_BOUNDS, Decision, GateStats, Identify, Verdict
+from .errors import ConfigError, number
+from .ledger import Ledger, Parent
+from .newrate import NewRate
 from .pacer import TokenPacer
 from .priority import Priority
 from .probes import Probes
 from .rate import Capacity, RateOf, RateSource, StaticCapacity
 from .schedule import PLACEMENTS, Place, Schedule, forecast
 from .settings import MAX_RATE, MIN_RATE, Settings
+from .tuning import GATE, GateTuning
 
 log = logging.getLogger("admitgate")
 
-#: Pacing-hold histogram bounds, seconds.
-PACING_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
-#: The shed rate never drops below this fraction of the rate, so places stay finite.
-MIN_SHARE = 0.05
-#: A client back this much before the time it was told (seconds) ignores Retry-After.
-EARLY_SLACK = 0.1
 #: A place counts as due when the head is within this many seconds of it (float rounding).
 DUE_SLACK = 1e-6
-#: A hold on a rate that can change wakes at least this often (seconds) to see whether a risen rate has
-#: brought its token or its place due sooner: the reservation's place on the refill axis and the client's
-#: place in the schedule move in with the rate, and a hold that slept its first delay out let them go by
-#: (a herd's first wave held at a live estimator's start-up rate went in at that rate for two seconds
-#: while the estimate doubled).
-RECHECK = 0.25
-#: Seconds a request whose token is due waits before it looks again for room in flight (the in-flight limit,
-#: see :mod:`admitgate.core.probes`, is full: the service has not yet answered what it was given).
-ROOM_WAIT = 0.02
-#: In a tenants' pool, a request that finds its own bucket short goes in on the replica's bucket alone
-#: (:attr:`Gate.guard`) while that would still hold this share of its burst (or a reserving class's share, if more:
-#: :attr:`Gate.keep`), and two requests' cost beyond it: the pools have left its refill unused (each pool's rate is
-#: what it was measured to ask, a little more, and what a pool does not take piles up there), and what piles up
-#: beyond the burst is lost. What it keeps is the pools' own requests': any of them, of any class, finds its token.
-SPARE = 0.5
-#: μ below this share of its recent peak has collapsed (an outage, until a λ_new window after it is back): the
-#: forecast expects the peak of H back.
-COLLAPSE = 0.25
-#: The recent peaks of H and μ decay with this time constant, seconds; not for the first PEAK_MEMORY s of an outage
-#: or of H under COLLAPSE of its peak (the capacity before an outage is the best guess for after it: decaying it told
-#: clients waiting out a 10 s outage to come back 30 % late).
-PEAK_MEMORY = 30.0
-
-Identify = Callable[[], "Hashable | None"]
-
-
-class Verdict(Enum):
-    ADMIT = "admitted"
-    PACE = "paced"
-    REJECT = "rejected"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What the gate decided for one request. Times in seconds; rates in requests/s.
-
-    ``delay``: PACE, hold the request this long, then call :meth:`Gate.end_hold`; REJECT, hold the
-    429 this long first (the tarpit; 0 for most), then call :meth:`Gate.end_hold`.
-    ``retry_after``: REJECT, whole seconds to send (>= 1). ``rate``: H, for the rate-limit fields.
-    ``key``: the client key the decision was taken for (the ticket to set on a 429), if known.
-    """
-
-    verdict: Verdict
-    delay: float = 0.0
-    retry_after: int = 0
-    rate: float = 0.0
-    key: Hashable | None = None
-    cost: float = 0.0
-    reserve: float = 0.0  # the fraction of a bucket's burst its class must leave (its own bucket's, and the replica's)
-    place: Place | None = None  # PACE: the place in the schedule a returning client is held for, or
-    token: float | None = None  # PACE: the reserved token's place on the pacer's refill axis
-    epoch: int = 0  # PACE: the pacer's epoch the token was reserved in
-    since: float = 0.0  # PACE: when the hold began
-    until: float = 0.0  # PACE: when the wait it was given ends (its wake-ups before then only bring it in sooner)
-    pool: Gate | None = None  # the tenant's gate that decided it (admitgate.asgi.tenants), which ends its holds
-    #: PACE: its own token came due while the replica's bucket (Gate.guard) was short: its token's place there,
-    #: reserved then (in once it is due at the rate in force, with room in flight, within its window; else given up)
-    guard: float | None = None
-
-
-ADMITTED = Decision(Verdict.ADMIT)
-
-
-@dataclass(slots=True)
-class Pacing:
-    """Pacing holds that began, per PACING_BOUNDS bound as planned (then +Inf; not cumulative), and their
-    planned total in seconds. Its own object so that several gates (a tenant's each) can count into one."""
-
-    counts: list[int] = field(default_factory=lambda: [0] * (len(PACING_BOUNDS) + 1))
-    seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class GateStats:
-    """The gate's counters (requests; the one place that counts them, and what metrics export). Admissions
-    at once from the bucket are counted by the pacer (``pacer.taken``)."""
-
-    critical: int = 0  # critical requests (never shed; charged first)
-    contended: int = 0  # requests that found no free token (then paced, scheduled or rejected)
-    returning: int = 0  # requests from clients holding a place in the schedule
-    pacing: Pacing = field(default_factory=Pacing)  # holds (a reserved token, or a client waiting for its place)
-    scheduled: int = 0  # returning clients admitted at their place
-    rejected: int = 0
-    early: int = 0  # rejections of clients back before the time they were told (they ignore Retry-After)
-    abandoned: int = 0  # paced requests whose client went away
-    overflow: int = 0  # rejections whose place lay beyond max_retry_after (told a folded value within it)
-    spare: int = 0  # in a tenants' pool: admissions on the replica's bucket alone, what the pools left (see SPARE)
-
-    @property
-    def paced(self) -> int:
-        """Pacing holds that began."""
-        return sum(self.pacing.counts)
-
-
-class NewRate:
-    """λ_new in requests/s: the median of the last ``seconds`` whole-second counts of new requests.
-
-    A herd's first wave falls within a second or two and moves the median by at most a place or
-    two; steady new traffic fills every second. Seconds not seen yet count as 0: under-reading λ_new
-    only makes the schedule optimistic, which costs a client a second 429, not capacity.
-    """
-
-    __slots__ = ("_counts", "_second", "_seen", "rate")
-
-    def __init__(self, seconds: int = 5, now: float = 0.0) -> None:
-        integer("new_window", seconds, 1)
-        self._counts: deque[float] = deque([0.0] * seconds, maxlen=seconds)
-        self._second = math.floor(now)
-        self._seen = 0.0
-        self.rate = 0.0
-
-    def update(self, total: float, now: float) -> None:
-        """``total``: new requests counted so far (cumulative); ``now``: seconds."""
-        second = math.floor(now)
-        if second <= self._second:
-            return
-        gap = min(second - self._second, len(self._counts))
-        self._counts.append(total - self._seen)
-        self._counts.extend([0.0] * (gap - 1))
-        self._second, self._seen = second, total
-        self.rate = sorted(self._counts)[len(self._counts) // 2]
-
-    @property
-    def span(self) -> int:
-        """The window, seconds: a burst of new requests is out of the median at most this long after it ends."""
-        return len(self._counts)
+#: Seconds of float rounding below a whole second that Retry-After is not rounded up for.
+CEIL_SLACK = 1e-9
 
 
 class Gate:
@@ -196,24 +67,28 @@ class Gate:
     ``rate``: the capacity μ in requests/s, a :class:`~admitgate.core.rate.RateSource` that reads it (live), or a
     :class:`~admitgate.core.rate.Capacity` that reports it.
     ``settings``: the gate's knobs (:class:`~admitgate.core.settings.Settings`; its defaults if None).
-    ``now``: the time it starts at, seconds.
+    ``now``: the time it starts at, seconds. ``tuning``: the algorithm's constants
+    (:class:`~admitgate.core.tuning.GateTuning`).
+
+    It is a :class:`~admitgate.core.decision.Decider` on its own (it has no tenants: ``tenant`` is ignored), and
+    each pool of a tenants' table is one (its :attr:`parent` set).
     """
 
-    def __init__(self, rate: float | RateSource | Capacity, settings: Settings | None = None, *,
-                 now: float = 0.0) -> None:  # fmt: skip
+    def __init__(self, rate: float | RateSource | Capacity, settings: Settings | None = None, *, now: float = 0.0,
+                 tuning: GateTuning = GATE) -> None:  # fmt: skip
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise ConfigError("settings", "must be an admitgate.Settings", settings)
-        self.settings = settings
+        self.settings, self.tuning = settings, tuning
         self.capacity_source: RateSource = _capacity_source(rate)
         initial = _initial_rate(self.capacity_source, now)
         s = settings
-        burst = max(1.0, initial / 10) if s.burst is None else s.burst
+        burst = max(1.0, initial / tuning.burst_divisor) if s.burst is None else s.burst
         self.max_pacing_delay = s.max_pacing_delay
-        self.lead = min(1.0, self.max_pacing_delay)  # how early before its place a client is told to return
-        self.max_waiters = max(1000, math.ceil(2 * initial * s.max_pacing_delay)) if s.max_waiters is None else \
-            s.max_waiters  # fmt: skip
+        self.lead = min(tuning.lead, self.max_pacing_delay)  # how early before its place a client is told to return
+        windows = math.ceil(tuning.waiter_windows * initial * s.max_pacing_delay)
+        self.max_waiters = max(tuning.min_waiters, windows) if s.max_waiters is None else s.max_waiters
         self.max_retry_after = s.max_retry_after
         self._cap = int(self.max_retry_after)
         self.refresh_interval = s.refresh_interval
@@ -234,33 +109,11 @@ class Gate:
         self.bound: Probes | None = self.probes if self.probes is not None and self.probes.floor is not None else None
         #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
         self.backend: Budget | None = None
-        #: in a tenants' pool, the replica's bucket (at μ, with the replica's burst), charged for every admission in
-        #: every pool: a request whose own token is free while it is short reserves its token there and goes in when
-        #: that is due (see :meth:`_shut`, :meth:`_in`). The pools' buckets, each at least a token, may hold more
-        #: between them than the replica's burst. A request whose own token is short goes in on this bucket alone
-        #: while it would still hold ``keep`` of its burst and two requests' cost (what the pools left unused; see
-        #: :data:`SPARE`). None elsewhere.
-        self.guard: TokenPacer | None = None
-        #: the share of the replica's bucket (:attr:`guard`) a request going in on it alone leaves for the pools' own
-        #: requests: :data:`SPARE`, or the largest class reserve if more (set by the tenants' table)
-        self.keep = SPARE
+        #: what the gates this one's capacity is divided among (a tenants' table's pools) carry
+        self.ledger = Ledger(owed_until=now)
+        #: in a tenants' pool, its tie to the replica (its bucket, and what going in on it alone leaves); None elsewhere
+        self.parent: Parent | None = None
         self.waiters = 0  #: requests held by pacing now
-        #: a hold a small rate cut turns away gives its place to the next request held (a tenant's pool, whose cuts
-        #: are the shares moving, not the capacity falling; see :meth:`end_hold`)
-        self.releases = False
-        #: requests decided in gates this one's capacity is divided among (tenants' pools), taken at once or asked
-        #: to reserve, so far: a shared budget leases for them as for this gate's own
-        self.delegated = 0
-        #: what the gates this one's capacity is divided among (tenants' pools) carry: the clients holding places
-        #: in their schedules and their λ_new (requests/s). Kept by whoever divides it (a running count, made
-        #: exact at each reallocation when a shared budget reads it), so that the budget's lease and this gate's
-        #: refresh take them in O(1), however many pools.
-        self.held_below = 0
-        self.new_below = 0.0
-        #: tokens the gates below owe to requests held for them (their pacers' debt), as of the last reallocation,
-        #: and when their refills will have repaid it (seconds): a shared budget counts it only until then
-        self.owed_below = 0.0
-        self.owed_until = now
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -268,12 +121,12 @@ class Gate:
         self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
         self._top = 0.0  # recent peak of μ (decaying as the peak of H does)
         self._down_at = -math.inf  # the last refresh at which μ had collapsed
-        self._struck = False  # μ was cut under COLLAPSE of its peak since the gate was last calm (see _reject)
-        #: an outage, as of the last refresh: from μ falling below :data:`COLLAPSE` of its recent peak until a
+        self._struck = False  # μ was cut under `collapse` of its peak since the gate was last calm (see _reject)
+        #: an outage, as of the last refresh: from μ falling below ``tuning.collapse`` of its recent peak until a
         #: λ_new window (``new_window`` seconds) after it is back (with a shared budget the fleet's μ, and the time
         #: before the first lease); in a tenants' pool, its root's
         self.collapsed = False
-        self._calm_at = now  # the last refresh in no outage, with H at COLLAPSE of its peak or more
+        self._calm_at = now  # the last refresh in no outage, with H at `collapse` of its peak or more
         self._believed: float | None = None  # μ as the source believed it at the last refresh (None: the rate)
         self._forecast = 0.0  # the source's forecast growth at the last refresh, per second
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
@@ -328,21 +181,22 @@ class Gate:
         # not an outage: see _reject. A tenants' pool is in one with its root.
         root = reading.collapsed
         mu = fleet_mu if backend is not None else self.capacity
-        cut = mu < COLLAPSE * self._top
+        t = self.tuning
+        cut = mu < t.collapse * self._top
         if root is None and cut:
             self._down_at = now
         if root is None:
             collapsed = now - self._down_at < self._new.span or (backend is not None and shared is None)
         else:
             collapsed = root
-        # The peaks stand for the first PEAK_MEMORY s of an outage, and of H under COLLAPSE of its peak while μ
+        # The peaks stand for the first `peak_memory` s of an outage, and of H under `collapse` of its peak while μ
         # stands: new arrivals taking it for a while say nothing of the H to come.
-        calm = not collapsed and self._level >= COLLAPSE * self._peak
+        calm = not collapsed and self._level >= t.collapse * self._peak
         if calm:
             self._calm_at = now
         self._struck = cut or (self._struck and not calm)  # (see _reject)
-        if calm or now - self._calm_at >= PEAK_MEMORY:
-            fade = math.exp((self._peak_at - now) / PEAK_MEMORY)
+        if calm or now - self._calm_at >= t.peak_memory:
+            fade = math.exp((self._peak_at - now) / t.peak_memory)
             self._peak = max(self._level, self._peak * fade)
             self._top = max(mu, self._top * fade)
         self._peak_at = now
@@ -375,7 +229,8 @@ class Gate:
     def backlog(self) -> tuple[int, float]:
         """What this gate and the gates below it carry: the clients holding places in their retry schedules,
         and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
-        return self.schedule.holders + self.held_below, self._new.rate + self.new_below
+        below = self.ledger
+        return self.schedule.holders + below.held, self._new.rate + below.new
 
     def headroom(self, now: float) -> float:
         """H: the rate returning clients may come back at, requests/s (what they are told by).
@@ -391,7 +246,7 @@ class Gate:
 
     def _room(self, rate: float) -> float:
         new = self._new.rate
-        return max(rate - new - math.sqrt(new), rate * MIN_SHARE)
+        return max(rate - new - math.sqrt(new), rate * self.tuning.min_share)
 
     @property
     def capacity(self) -> float:
@@ -410,7 +265,7 @@ class Gate:
     def _flooded(self) -> bool:
         """New requests alone fill the capacity (H is at its floor): sustained overload, not a herd."""
         new = self._new.rate
-        return new + math.sqrt(new) >= self.capacity * (1 - MIN_SHARE)
+        return new + math.sqrt(new) >= self.capacity * (1 - self.tuning.min_share)
 
     def state(self, now: float) -> dict[str, float | str | None]:
         """What the gate believes now: μ, λ_new and H (requests/s), plus the estimator's state."""
@@ -427,7 +282,17 @@ class Gate:
         return out
 
     # -- decisions ------------------------------------------------------------------------
-    def admit(self, cost: float, priority: Priority, now: float, identify: Identify) -> Decision:
+    def try_take(self, cost: float, now: float, tenant: str | None = None) -> bool:
+        """:meth:`admit`'s first branch for a request of a plain class, without the Decision: a token taken at once
+        (nobody holds a place, no refresh is due, there is room in flight). False, having only refilled the
+        bucket, for anything else: :meth:`admit` decides it then."""
+        bound = self.bound
+        return (not self.schedule.book and now < self.next_refresh
+                and (bound is None or bound.inflight - bound.answered < bound.limit)
+                and self.pacer.try_take(cost, now))  # fmt: skip
+
+    def admit(self, cost: float, priority: Priority, now: float, identify: Identify,
+              tenant: str | None = None) -> Decision:  # fmt: skip
         """Decide one request of ``cost`` tokens in class ``priority`` at ``now``.
 
         ``identify()`` returns the client's key (or None); it is called only when the answer matters:
@@ -441,14 +306,17 @@ class Gate:
             stats.critical += 1
             return ADMITTED
         reserve = priority.reserve
-        bound, guard = self.bound, self.guard
+        bound, parent = self.bound, self.parent
+        guard = None if parent is None else parent.bucket
         room = bound is None or bound.inflight - bound.answered < bound.limit
         if room and (guard is None or guard.tokens(now) + guard.rate * DUE_SLACK >= cost + reserve * guard.burst) \
                 and pacer.try_take(cost, now, reserve * pacer.burst):  # fmt: skip
             if guard is not None:
                 guard.charge(cost, now)
-        elif room and guard is not None and not reserve and guard.tokens(now) - 3 * cost >= self.keep * guard.burst:
-            # (its own bucket untouched: the replica's refill the pools left, see SPARE. With one request's cost kept
+        elif room and parent is not None and guard is not None and not reserve and \
+                guard.tokens(now) - self.tuning.spare_costs * cost >= parent.keep * guard.burst:  # fmt: skip
+            # (its own bucket untouched: the replica's refill the pools left, see GateTuning.spare. With one request's
+            # cost kept
             # beyond a sheddable request's reserve, a greedy tenant took the tokens a sheddable one beside it needed
             # as they came: 43.6 of its 45/s, in review; with two, 45.0, as without this rule)
             guard.charge(cost, now)
@@ -515,7 +383,7 @@ class Gate:
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the share of H its place stands for would go unused.
             return self._turn(key, place, cost, reserve, now, since)
-        return self._reject(key, place, now, early=now < place[2] - EARLY_SLACK)
+        return self._reject(key, place, now, early=now < place[2] - self.tuning.early_slack)
 
     def _turn(self, key: Hashable, place: Place, cost: float, reserve: float, now: float, since: float) -> Decision:
         """``key``'s place is due: its token now, or paced for it, or held a moment to ask again (the bucket
@@ -560,9 +428,9 @@ class Gate:
                 spot, wait = reserved
                 delay = min(wait, self.recheck)
             else:
-                delay = min(ROOM_WAIT, self.max_pacing_delay - (now - since))
+                delay = min(self.tuning.room_wait, self.max_pacing_delay - (now - since))
         elif delay <= DUE_SLACK and self._shut(cost, now, reserve):  # (a returner whose window ends before its place)
-            delay = ROOM_WAIT
+            delay = self.tuning.room_wait
         if not held:
             pacing = self.stats.pacing
             pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
@@ -571,6 +439,16 @@ class Gate:
                 self.probes.limited()
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, reserve, place, token, self.pacer.epoch,
                         since, now + wait, guard=spot)  # fmt: skip
+
+    def limit_of(self, tenant: str | None, now: float) -> tuple[TokenPacer, float]:
+        """The bucket an admitted response's rate-limit fields show (this gate's), and its rate."""
+        return self.pacer, self.pacer.rate
+
+    @property
+    def _guard(self) -> TokenPacer | None:
+        """In a tenants' pool, the replica's bucket (see :class:`~admitgate.core.ledger.Parent`); None elsewhere."""
+        parent = self.parent
+        return None if parent is None else parent.bucket
 
     @property
     def full(self) -> bool:
@@ -583,7 +461,7 @@ class Gate:
         """Nothing of a class that leaves ``reserve`` of a burst goes in now: the in-flight limit is reached
         (:attr:`full`), or in a tenants' pool the replica's bucket (:attr:`guard`) has not ``cost`` tokens beyond
         that part of its burst (a sheddable request in one pool takes no token the replica keeps for another's)."""
-        guard = self.guard
+        guard = self._guard
         return self.full or (guard is not None and guard.tokens(now) + guard.rate * DUE_SLACK  # (rounding)
                              < cost + reserve * guard.burst)  # fmt: skip
 
@@ -596,7 +474,7 @@ class Gate:
         (``reserve``): a reservation charges the bucket at once, and the classes above it would find no more there;
         it is held for room instead, and goes in once the bucket holds its token beyond that part (see :meth:`_shut`),
         or is turned away at its window's end."""
-        guard = self.guard
+        guard = self._guard
         if guard is None or self.full or reserve:
             return None
         window = max(0.0, self.max_pacing_delay + DUE_SLACK - (now - since))
@@ -604,13 +482,15 @@ class Gate:
         return None if place is None else (place, guard.due_in(place, now))
 
     def _room_left(self, decision: Decision, now: float) -> bool:
-        """A hold waiting for room may wait :data:`ROOM_WAIT` more: within its window, and a waiter's slot free."""
-        return now - decision.since + ROOM_WAIT <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters
+        """A hold waiting for room may wait ``room_wait`` more: within its window, and a waiter's slot free."""
+        wait = self.tuning.room_wait
+        return now - decision.since + wait <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters
 
     def _let_in(self, cost: float, now: float) -> Decision:
         """A request goes in: charged to the replica's bucket too, in a tenants' pool (see :attr:`guard`)."""
-        if self.guard is not None:
-            self.guard.charge(cost, now)
+        guard = self._guard
+        if guard is not None:
+            guard.charge(cost, now)
         return ADMITTED
 
     def _in(self, decision: Decision, token: float, now: float) -> Decision:
@@ -631,15 +511,17 @@ class Gate:
                                        until=now + due, guard=place)  # fmt: skip
         if self._room_left(decision, now):
             self.waiters += 1
-            return dataclasses.replace(decision, delay=ROOM_WAIT, token=token, epoch=self.pacer.epoch, until=now)
+            return dataclasses.replace(decision, delay=self.tuning.room_wait, token=token, epoch=self.pacer.epoch,
+                                       until=now)  # fmt: skip
         self.pacer.give(decision.cost, now)
         return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     @property
     def recheck(self) -> float:
-        """Seconds a hold sleeps at most before it looks again: :data:`RECHECK` where the rate can move (a live
+        """Seconds a hold sleeps at most before it looks again: ``tuning.recheck`` where the rate can move (a live
         source, a tenant's share, a shared budget's grants), else no limit (a typed-in rate: nothing to see)."""
-        return RECHECK if self.backend is not None or not isinstance(self.capacity_source, StaticCapacity) else math.inf
+        moves = self.backend is not None or not isinstance(self.capacity_source, StaticCapacity)
+        return self.tuning.recheck if moves else math.inf
 
     def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
         """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
@@ -647,21 +529,21 @@ class Gate:
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
         seconds = forecast(work / promise, self.growth)
-        if self._peak > 0 and self._level > 0 and (self.collapsed or self._level < COLLAPSE * self._peak):
+        if self._peak > 0 and self._level > 0 and (self.collapsed or self._level < self.tuning.collapse * self._peak):
             at_peak = work / (self._peak * promise / self._level)  # (this replica's part of it)
             # In an outage, capacity may come back at any moment. Otherwise μ stands and H does not: new arrivals
             # take μ (closed-loop clients count as new), in a spike or sustained overload, which cannot be told
             # apart now. Told their places at H's floor, clients turned away in a 4 s spike at 1.5 μ were told up to
             # 61 s and the service stood idle from 7 to 31 s; told at the peak (as in an outage), a busy tenant's
             # clients asked every second. At the peak, but not sooner than a λ_new window (by then λ_new is measured
-            # anew), until the overload has lasted long enough for the peak to fade to 1/COLLAPSE of H.
+            # anew), until the overload has lasted long enough for the peak to fade to 1/`collapse` of H.
             # A low H that began with μ cut (in a tenants' pool, its share cut as other tenants woke: it comes back as
             # they drain) is waited out at the peak, as an outage is (floored, a herd in a pool after its replica's
             # outage drained in 77 s where 66 s does, and a herd across 100 tenants at 1.179 of its bound in one
             # seed of three, against 1.085).
             struck = self.collapsed or self._struck
             seconds = min(seconds, at_peak if struck else max(self._new.span, at_peak))
-        retry_after = max(1, math.ceil(seconds - self.lead - 1e-9))
+        retry_after = max(1, math.ceil(seconds - self.lead - CEIL_SLACK))
         if retry_after > self._cap:
             retry_after = self._overflow(retry_after)
         hold = 0.0
@@ -700,43 +582,28 @@ class Gate:
         reserves again (or waits on for its place) while its total hold stays within
         ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
         place kept. None if the client went away (its token, of the current epoch and reserved last, is
-        refunded). The rate is refreshed first when due (a tenant's hold: the root's, then its pool's, whose
-        share follows the root's rate): a herd held at once is decided again only at its wake-ups.
+        refunded). The rate is refreshed first when due: a herd held at once is decided again only at its wake-ups.
         """
-        pool = decision.pool
-        if pool is not None and pool is not self:  # a tenant's hold: its own gate ends it
-            if now >= self.next_refresh:  # (its rate follows this gate's: see admitgate.asgi.tenants.Share)
-                self.refresh(now)
-            guard = pool.guard  # (the replica's bucket, at this gate's rate: see Tenants.follow)
-            if guard is not None and guard.rate != self.pacer.rate and self.backend is None:
-                guard.set_grant(self.pacer.rate, now)
-            overflow, pacer, held = pool.stats.overflow, pool.pacer, pool.schedule.holders
-            seen = pacer.taken + pacer.asked
-            after = pool.end_hold(decision, now, gone)
-            self.stats.overflow += pool.stats.overflow - overflow  # counted with this gate's, as pacing is
-            self.delegated += pacer.taken + pacer.asked - seen  # (a returner let in reserves its token now)
-            self.held_below += pool.schedule.holders - held
-            return dataclasses.replace(after, pool=pool) if after is not None and after.delay else after
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
             return dataclasses.replace(decision, delay=0.0)
         if now >= self.next_refresh:  # (a tenant's pool whose clients are all held reads its share only here)
             self.refresh(now)
         self.waiters -= 1
-        token, pacer = decision.token, self.pacer
+        token, pacer, guard = decision.token, self.pacer, self._guard
         current = decision.epoch == pacer.epoch
         if gone:
             self.stats.abandoned += 1
-            if decision.guard is not None and self.guard is not None:  # (its place in the replica's bucket: given up)
-                self.guard.release(decision.cost, now, decision.guard)
+            if decision.guard is not None and guard is not None:  # (its place in the replica's bucket: given up)
+                guard.release(decision.cost, now, decision.guard)
             if token is not None and current:
                 if pacer.due_in(token, now) <= DUE_SLACK:  # due and unclaimed (held for room): back in the bucket,
                     pacer.give(decision.cost, now)  # as Gate._in gives it back (it holds no place others stand behind)
                 else:
                     pacer.release(decision.cost, now, token)
             return None
-        if decision.guard is not None and self.guard is not None:  # (its own token came due before: the replica's)
-            due = self.guard.due_in(decision.guard, now)
+        if decision.guard is not None and guard is not None:  # (its own token came due before: the replica's)
+            due = guard.due_in(decision.guard, now)
             within = now - decision.since + due <= self.max_pacing_delay + DUE_SLACK
             if due > DUE_SLACK and within:  # (due later than it was: μ was cut since; held on within its window)
                 self.waiters += 1
@@ -745,10 +612,10 @@ class Gate:
                 return ADMITTED
             if due <= DUE_SLACK and self._room_left(decision, now):
                 self.waiters += 1  # (no room in flight now: held on for it, its tokens kept, as _in holds)
-                return dataclasses.replace(decision, delay=ROOM_WAIT)
+                return dataclasses.replace(decision, delay=self.tuning.room_wait)
             # Beyond its window (μ cut while it waited, or no room in flight): its places given up, and a place at
             # the head of the schedule instead. (Held on, a cut to a twentieth kept holds 6.5 s in a 1.5 s window.)
-            self.guard.release(decision.cost, now, decision.guard)
+            guard.release(decision.cost, now, decision.guard)
             self.pacer.give(decision.cost, now)
             return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
         if now < decision.until - DUE_SLACK and (token is None or current):
@@ -776,12 +643,12 @@ class Gate:
         # (20 of a busy tenant's 70/s). Elsewhere the rate fell because the capacity is thought to have: its token
         # goes unused once, as a real bucket's would (reused, the live estimator's trials settled a doubled capacity
         # in 5.1 s, median of five seeds, against 4.6 s and the 5 s asked).
-        if self.releases:
+        if self.parent is not None:
             pacer.release(decision.cost, now, token)  # (this epoch's: reserved again above if it was not)
         return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
 
     def _woken(self, decision: Decision, now: float) -> Decision:
-        """A hold woken before the end of the wait it was given (see :data:`RECHECK`): in if its token exists or
+        """A hold woken before the end of the wait it was given (see ``tuning.recheck``): in if its token exists or
         its place is due at the rate in force, else held on to the end of that wait, where it is judged as a hold
         that slept it out. A wake-up only brings a hold in sooner: judged on the rate of a moment (a live
         estimator's drain, a tenant's share between reallocations, a shared budget's grant), the tail of a

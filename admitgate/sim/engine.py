@@ -30,11 +30,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..asgi.tenants import Tenants
 from ..core.backoff import backoff_delay
-from ..core.gate import Decision, Gate, Verdict
+from ..core.decision import Decider, Decision, Verdict
+from ..core.gate import Gate
 from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
+from ..core.tenants import Tenants
 from ..limit.capacity import LiveCapacity
 from ..limit.estimators import capacity_from_config
 from ..limit.static import Static
@@ -106,6 +107,8 @@ class Simulation:
         tenancy = s.tenancy()
         #: fair shares among tenants (None: one pool), deciding every request as the middleware's Tenants does
         self.tenants = None if tenancy is None or self.gate is None else Tenants(tenancy, self.gate, now=0.0)
+        #: what decides each request, as the middleware's decider does: the tenants' table, else the gate
+        self.decider: Decider | None = self.tenants if self.tenants is not None else self.gate
         groups = s.herd_tenants or [("herd", s.clients)]
         #: each herd client's tenant name (None without tenants). (``is not None``: a table is falsy while it has no
         #: pools, as it has at first, and the tenant herd's clients were all taken for newcomers.)
@@ -242,10 +245,8 @@ class Simulation:
 
     def _admit(self, klass: Priority, t: float, key: int | None, tenant: str | None) -> Decision:
         """The gate's decision (in the request's tenant's pool, with tenants) for one request of cost 1."""
-        assert self.gate is not None
-        if self.tenants is None:
-            return self.gate.admit(1.0, klass, t, lambda: key)
-        return self.tenants.admit(1.0, klass, t, lambda: key, tenant)
+        assert self.decider is not None
+        return self.decider.admit(1.0, klass, t, lambda: key, tenant)
 
     def _follow(self, t: float, d: Decision, request: list[Any]) -> None:
         """Carry out the gate's decision for ``request`` at ``t``: hold, forward, or answer 429."""
@@ -262,9 +263,9 @@ class Simulation:
             self.at(t + s.network_delay, _RESPOND, (request[0], request[1], 429, d.retry_after))
 
     def _hold_end(self, t: float, data: tuple[Decision, list[Any]]) -> None:
-        assert self.gate is not None
+        assert self.decider is not None
         decision, request = data
-        after = self.gate.end_hold(decision, t)
+        after = self.decider.end_hold(decision, t)
         assert after is not None  # simulated clients never leave while held
         self._follow(t, after, request)
 

@@ -10,16 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..asgi.tenants import Tenancy
 from ..core.errors import ConfigError, non_negative
 from ..core.priority import DEFAULT_CLASSES
+from ..core.tenants.policy import Tenancy
 
 POLICIES = ("obey", "obey-jitter", "ignore", "full", "equal", "decorrelated")
-
-
-def _named(scope: object) -> str | None:
-    """A simulated request's tenant: the simulator passes the name itself where a server passes a scope."""
-    return scope if isinstance(scope, str) else None
 
 
 @dataclass
@@ -55,7 +50,7 @@ class Scenario:
     reject_cpu: float | None = None  # CPU seconds per 429 answered by the gate (None: edge_cpu)
     duration: float = 300.0  # hard bound on simulated time
     seed: int = 1
-    # Tenants (admitgate.asgi.tenants): a [tenants] table of Tenancy settings but its key (here a request's
+    # Tenants (admitgate.core.tenants): a [tenants] table of Tenancy settings but its key (here a request's
     # tenant is named by the scenario), the herd's clients as (tenant, clients) groups in the order they are
     # numbered (default: all in tenant "herd"), and the tenant of the new arrivals (None: no tenant name).
     tenants: dict[str, Any] | None = None
@@ -92,8 +87,8 @@ class Scenario:
         return self
 
     def tenancy(self) -> Tenancy | None:
-        """The :class:`~admitgate.asgi.tenants.Tenancy` of ``tenants`` (None: one pool). A simulated request's
-        "scope" is its tenant's name, so the key returns it as it is."""
+        """The :class:`~admitgate.core.tenants.policy.Tenancy` of ``tenants`` (None: one pool). The scenario names
+        each request's tenant itself, so the table has no key."""
         if self.tenants is None:
             return None
         if not isinstance(self.tenants, dict) or "key" in self.tenants:
@@ -102,7 +97,7 @@ class Scenario:
         unknown = set(self.tenants) - {f.name for f in fields(Tenancy)}
         if unknown:
             raise ConfigError(f"tenants.{sorted(unknown)[0]}", "unknown Tenancy setting")
-        return Tenancy(key=_named, **self.tenants)
+        return Tenancy(**self.tenants)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scenario:

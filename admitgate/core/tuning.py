@@ -1,0 +1,51 @@
+"""The gate's tuning: the constants of its algorithm, each named and stated once.
+
+These are not settings an application chooses (those are :class:`~admitgate.core.settings.Settings`): they are
+the rules' own numbers, chosen with the benchmarks and pinned by the tests. A :class:`~admitgate.core.gate.Gate`
+takes one (``tuning``); every gate of a tenants' table takes its root's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GateTuning:
+    """How the gate admits, paces and tells. Times in seconds; shares are fractions of a rate or a burst.
+
+    ``min_share``: the shed rate H never drops below this share of the rate, so places stay finite.
+    ``early_slack``: a client back this long before the time it was told ignores Retry-After (its 429 may be held:
+    the tarpit). ``lead``: the most a client is told to come back before its place is due (at most
+    ``max_pacing_delay``: it is held until its place is due). ``recheck``: a hold on a rate that can change wakes at
+    least this often to see whether a risen rate has brought its token or its place due sooner (the reservation's
+    place on the refill axis and the client's place in the schedule move in with the rate). ``room_wait``: a request
+    whose token is due waits this long before it looks again for room in flight (the in-flight limit is full).
+    ``spare``: in a tenants' pool, a request whose own bucket is short goes in on the replica's bucket alone while
+    that would still hold this share of its burst (or a reserving class's share, if more) and ``spare_costs`` times
+    the request's cost (its own and two more): the refill the other pools left unused piles up there, and what piles
+    up beyond the burst is lost. ``collapse``: μ below this share of its recent peak has collapsed (an outage, until a
+    λ_new window after it is back), and H below it is waited out at its peak. ``peak_memory``: the recent peaks of H
+    and μ decay with this time constant, but not for the first ``peak_memory`` seconds of an outage or of a collapsed
+    H (the capacity before an outage is the best guess for after it). ``burst_divisor``: with no burst configured the
+    bucket holds the initial rate over this many (a tenth of a second of it), at least one token.
+    ``min_waiters``, ``waiter_windows``: with no ``max_waiters`` configured, at most this many pacing windows at the
+    initial rate are held at once, and at least ``min_waiters``.
+    """
+
+    min_share: float = 0.05
+    early_slack: float = 0.1
+    lead: float = 1.0
+    recheck: float = 0.25
+    room_wait: float = 0.02
+    spare: float = 0.5
+    spare_costs: float = 3.0
+    collapse: float = 0.25
+    peak_memory: float = 30.0
+    burst_divisor: float = 10.0
+    min_waiters: int = 1000
+    waiter_windows: float = 2.0
+
+
+#: The gate's tuning as chosen (every gate's unless one is given).
+GATE = GateTuning()
