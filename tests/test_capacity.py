@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from admitgate.core.errors import ConfigError
 from admitgate.core.gate import Gate
 from admitgate.core.probes import Probes
-from admitgate.core.rate import StaticCapacity
+from admitgate.core.source import StaticCapacity
 from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import AIMD, BandwidthDelay, Gradient, Static
 

@@ -16,7 +16,7 @@ from admitgate.core.ledger import Parent
 from admitgate.core.pacer import TokenPacer
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.core.probes import Probes
-from admitgate.core.rate import RateReading, StaticCapacity
+from admitgate.core.source import RateReading, StaticCapacity
 from admitgate.core.tuning import GATE
 from admitgate.limit.capacity import LiveCapacity
 from admitgate.limit.estimators import Static

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from admitgate import HeaderPolicy, ManualClock, Settings
+from admitgate.asgi.cors import AppCors
 from admitgate.asgi.responses import Responder
 from admitgate.core.gate import Gate
 from admitgate.metrics import RETRY_AFTER_BOUNDS
@@ -14,7 +15,8 @@ from admitgate.metrics import RETRY_AFTER_BOUNDS
 async def test_a_rejection_is_sent_once_with_its_retry_after_and_counted_in_its_bucket() -> None:
     clock = ManualClock()
     gate = Gate(10.0, Settings())
-    responder = Responder(object(), HeaderPolicy(), gate, None, None, None, clock, clock)
+    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), gate, None, None, clock, clock,
+                          1.5)  # fmt: skip
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
@@ -33,7 +35,8 @@ async def test_a_rejection_is_sent_once_with_its_retry_after_and_counted_in_its_
 
 @pytest.mark.anyio
 async def test_a_refused_handshake_is_an_http_response_where_the_server_can_send_one_else_close_1013() -> None:
-    responder = Responder(object(), HeaderPolicy(), Gate(10.0), None, None, None, ManualClock(), ManualClock())
+    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), Gate(10.0), None, None,
+                          ManualClock(), ManualClock(), 1.5)  # fmt: skip
     headers, body = responder.headers.rejection(3, 10.0)
     for extensions, expected in (({"websocket.http.response": {}}, "websocket.http.response.start"),
                                  ({}, "websocket.close")):  # fmt: skip

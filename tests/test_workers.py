@@ -115,7 +115,7 @@ def test_a_bad_configuration_stops_uvicorn_with_its_default_flags() -> None:
 
 def test_each_worker_admits_its_share_of_the_rate_and_burst_but_at_least_one_token() -> None:
     from admitgate import Settings
-    from admitgate.asgi.middleware import gate_of
+    from admitgate.asgi.build import gate_of
 
     gate = gate_of(None, 20, Settings(burst=8), 4, None, False, 0.0)
     assert gate.static_rate == 5 and gate.pacer.burst == 2

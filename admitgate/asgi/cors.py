@@ -53,21 +53,23 @@ def is_preflight(scope: Scope) -> bool:
 class AppCors:
     """The app's CORS policy applied to the gate's own responses (see the module docstring).
 
-    ``expose``: the fields the gate adds (``HeaderPolicy.exposed``). Nothing is looked up until
-    :meth:`resolve`, which the gate calls once, at its first rejection or first response with
-    rate-limit fields; :meth:`apply` then adds the CORS fields to each rejection.
+    ``expose``: the fields the gate adds (``HeaderPolicy.exposed``); ``layer``: the gate's middleware, which the
+    app's CORS layers are found around and inside. Nothing is looked up until :meth:`resolve`, which the gate calls
+    once, at its first rejection or first response with rate-limit fields; :meth:`apply` then adds the CORS fields
+    to each rejection.
     """
 
-    def __init__(self, expose: Sequence[str]) -> None:
+    def __init__(self, expose: Sequence[str], layer: object) -> None:
         self.expose = tuple(expose)
+        self._layer = layer
         self.resolved = False
         self._through: ASGIApp | None = None  # layers like the app's CORS layers inside the gate, around a probe
         self._fields: dict[bytes | None, list[Header]] = {}  # Origin -> what those layers make of the probe
 
-    def resolve(self, gate: object, scope: Scope) -> None:
-        """Find the app's CORS layers around and inside ``gate`` (from ``scope["app"]`` or ``gate.app``)."""
+    def resolve(self, scope: Scope) -> None:
+        """Find the app's CORS layers around and inside the gate's layer (from ``scope["app"]`` or its ``app``)."""
         self.resolved = True
-        outer, inner = _locate(gate, scope)
+        outer, inner = _locate(self._layer, scope)
         for layer, entry in outer:
             _merge_into(layer, entry, self.expose)
         probe = [(EXPOSE, ", ".join(self.expose).encode())]

@@ -12,46 +12,34 @@ what the app's own CORS policy adds (:mod:`admitgate.asgi.cors`). Exceptions fro
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from functools import partial
 
 import anyio
 from prometheus_client import CollectorRegistry
 
-from ..backends.shared import RedisBudget, backend_from_url
+from ..backends.shared import RedisBudget
 from ..core.clock import Clock
 from ..core.decision import Decider, Decision, Verdict
-from ..core.errors import ConfigError, async_function, flag, instance, integer, reading
+from ..core.errors import ConfigError
 from ..core.gate import Gate
 from ..core.priority import Priority, Rule
-from ..core.probes import Probes
-from ..core.rate import Capacity
 from ..core.settings import Settings
-from ..core.tenants import Tenancy, Tenants
-from ..metrics import (
-    ABANDONED,
-    AFTER_PACING,
-    AT_ONCE,
-    REJECTED,
-    TALLY,
-    GateCollector,
-    MultiprocessSync,
-    multiprocess_dir,
-)
-from .cors import is_preflight
+from ..core.source import Capacity
+from ..core.tenants import Tenancy
+from ..metrics import ABANDONED, AFTER_PACING, AT_ONCE, REJECTED, TALLY
+from .build import attach, build, ticket_of, wire_metrics
+from .cors import AppCors, is_preflight
+from .exchange import Exchange
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
-from .keys import TenantFunc, naming
 from .pacing import hold
-from .quota import Quota, QuotaGuard
+from .quota import Quota
 from .responses import Responder
-from .routing import Router
 from .startup import built_by_starlette, fail_startup
-from .ticket import RetryTicket
 from .types import ASGIApp, Message, Receive, Scope, Send
-from .workers import Server, detect, worker_secret
 
 log = logging.getLogger("admitgate")
 
@@ -66,7 +54,7 @@ class AdmitGate:
         app.add_middleware(AdmitGate, rate=200, settings=Settings(burst=20))
 
     ``rate``: the capacity μ of the service in requests/s; None (default) learns it live; a
-    :class:`~admitgate.limit.capacity.Capacity` (such as ``LiveCapacity``) for a tuned estimator.
+    :class:`~admitgate.core.source.Capacity` (such as ``LiveCapacity``) for a tuned estimator.
     ``routes``: route template -> ``{"cost": tokens, "class": name, "exempt": bool}``. ``exempt``:
     templates never gated, each covering the paths below it. ``classes``: name ->
     :class:`~admitgate.priority.Priority` (default: critical, default, sheddable); ``default_class``: the
@@ -86,7 +74,11 @@ class AdmitGate:
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
     ``sleep`` (an async function of seconds: pacing and the tarpit) are injected, so tests run on
     virtual time. Every bad value is a :class:`~admitgate.core.errors.ConfigError` naming it, raised here
-    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.asgi.startup`).
+    (under Starlette's lazy build: a failed lifespan start-up, see :mod:`admitgate.asgi.startup`); the parts are
+    built by :mod:`admitgate.asgi.build`.
+
+    Each request is decided by one :class:`~admitgate.core.decision.Decider`: the gate, or with ``tenants`` the
+    table of its tenants' pools, the request's tenant named once.
     """
 
     def __init__(
@@ -113,101 +105,57 @@ class AdmitGate:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         try:
-            now = reading("clock", clock)
-            reading("wall_clock", wall_clock)
-            self.sleep = async_function("sleep", sleep)
-            self.gate_websockets = flag("gate_websockets", gate_websockets)
-            identity = instance("identity", identity, Identity)
-            self.headers = instance("headers", headers, HeaderPolicy)
-            if metrics is not None and not isinstance(metrics, CollectorRegistry):
-                raise ConfigError("metrics", "must be a prometheus_client CollectorRegistry, or None", metrics)
-            backend = backend_from_url(backend) if isinstance(backend, str) else backend
-            if backend is not None and not isinstance(backend, RedisBudget):
-                raise ConfigError("backend", "must be a URL (memory://, redis://...) or a RedisBudget", backend)
-            server = detect()
-            self.gate = gate_of(gate, rate, settings, workers, server, backend is not None, now)
-            if metrics is not None and self.gate.probes is None:  # a typed-in rate learns nothing, but the latency,
-                self.gate.probes = Probes(now=now)  # in-flight and response series are exported in every mode
-            # With metrics, paths no rule names are labelled by the app's own route templates.
-            labels_from = app if metrics is not None else None
-            self.router = Router(routes, exempt, default_class=default_class, classes=classes, app=labels_from)
-            self.router.check_burst(self.gate.pacer.burst)
-            reserve = max((c.reserve for c in self.router.classes.values()), default=0.0)  # (see Gate.keep)
-            self.tenants = None if tenants is None else Tenants(tenants, self.gate, reserve=reserve, now=now)
-            #: the request's tenant's name, read once per request (None without tenants)
-            self._tenant_of: TenantFunc | None = None if tenants is None else naming(
-                tenants.key, identity.trusted_hops, identity.forwarded)  # fmt: skip
-            if quota is not None and not isinstance(quota, Quota):
-                raise ConfigError("quota", "must be an admitgate.Quota (or None)", quota)
-            self._quota = None if quota is None else QuotaGuard(quota, clock, identity.trusted_hops,
-                                                                identity.forwarded, backend)  # fmt: skip
+            parts = build(app, rate=rate, routes=routes, exempt=exempt, classes=classes, default_class=default_class,
+                          settings=settings, identity=identity, headers=headers, metrics=metrics, backend=backend,
+                          workers=workers, tenants=tenants, quota=quota, gate_websockets=gate_websockets, gate=gate,
+                          clock=clock, wall_clock=wall_clock, sleep=sleep)  # fmt: skip
         except ConfigError as error:
             if not built_by_starlette():
                 raise
             self.__class__ = _Misconfigured  # Starlette's lazy build would hide the error: fail the start-up
             self.app, self.error = app, error
             return
-        self.app = app
-        self.clock = clock
-        self.wall_clock = wall_clock
-        self.key_func = identity.key_func
-        shared = identity.secret
-        if identity.ticket is True and (server is not None or (workers or 1) > 1):
-            shared = worker_secret()  # the workers of one server must know each other's tickets
-        self.ticket = None if identity.ticket is False else RetryTicket(shared, always_secure=identity.secure_cookie)
+        self.app, self.clock, self.wall_clock, self.sleep = app, clock, wall_clock, parts.sleep
+        self.gate, self.tenants, self.router, self._quota = parts.gate, parts.tenants, parts.router, parts.quota
+        self.headers, self.gate_websockets = parts.headers, parts.gate_websockets
+        self.key_func = parts.identity.key_func
+        self.ticket = ticket_of(parts.identity, parts.server, workers)
         self._recognise = Recogniser(self.key_func, self.ticket, wall_clock)
+        #: what decides each request (the tenants' table, or the gate), and how a request's tenant is named
+        self.decider: Decider = parts.tenants if parts.tenants is not None else parts.gate
+        self._tenant_of = parts.tenant_of
         # Bound once so the admit path does no attribute chasing.
-        self._cached_rule = self.router.cache.get
-        #: what decides each request: the tenants' table, or the gate
-        self.decider: Decider = self.tenants if self.tenants is not None else self.gate
-        self._take = self.decider.try_take
-        self._on_admit = self.headers.on_admit
-        self._probes = self.gate.probes
+        self._cached_rule, self._take = self.router.cache.get, self.decider.try_take
+        self._on_admit, self._probes = self.headers.on_admit, self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
-        self.responses = Responder(self, self.headers, self.gate, self.decider, self._quota, self.ticket, clock,
-                                   wall_clock)  # fmt: skip
-        self.backend = backend
-        if backend is not None:  # one budget for the fleet: a typed-in rate is the fleet's rate
-            backend.attach(self.gate, self.gate.static_rate, clock)
-            if self.tenants is not None:  # (the lease bounds the replica: the pools need no bucket of its own)
-                self.tenants.follow(clock())
+        self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self._quota,
+                                   self.ticket, clock, wall_clock, self.gate.max_pacing_delay)  # fmt: skip
+        self.backend = parts.backend
+        attach(parts.backend, self.gate, parts.tenants, clock)
         self._tally_on = metrics is not None
         # Nothing to do around an admitted request but call the app: one check on the admit path, not three.
         self._bare = not self._tally_on and not self._on_admit and self._probes is None
-        self._sync: MultiprocessSync | None = None
-        if metrics is not None:
-            if multiprocess_dir():
-                self._sync = MultiprocessSync(self)  # started at the lifespan start-up (or the first request)
-            else:
-                metrics.register(GateCollector(self))
+        self._sync = wire_metrics(self, metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            if scope["type"] == "websocket" and self.gate_websockets:
-                await self._websocket(scope, receive, send)
-            elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None):
-                await self.app(scope, self._lifespan(receive), send)
-            else:
-                await self.app(scope, receive, send)
+            await self._not_http(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and is_preflight(scope):  # the app's CORS layer answers it; no route runs
             await self.app(scope, receive, send)
             return
         # Callables kept on the instance are read as attributes, then called: `self.f(...)` would look f up
         # as a method first (on the class, in vain) on every request.
-        cached_rule, clock, take = self._cached_rule, self.clock, self._take
+        cached_rule, clock, take, tenant_of = self._cached_rule, self.clock, self._take, self._tenant_of
         rule = cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
+        exchange = None
         if self._quota is not None and not rule.exempt:  # before the gate: a refusal must not take a token
-            answer = await self._quota.answer(scope)
-            if answer is not None:
-                if answer.wait > 0:
-                    await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
-                    return
-                if self._on_admit:  # the quota's fields too (the gate's own are added as it admits)
-                    send = self.responses.with_quota_fields(scope, send, answer)
+            refused, exchange = await self._by_quota(scope, send, rule)
+            if refused:
+                return
         now = clock()
-        tenant = None if self._tenant_of is None else self._tenant_of(scope)  # (the request's tenant, named once)
+        tenant = None if tenant_of is None else tenant_of(scope)  # (the request's tenant, named once)
         if rule.fast and take(rule.cost, now, tenant):  # admitted at once: nobody holds a place, a token is free
             if self._bare:
                 app = self.app
@@ -220,7 +168,8 @@ class AdmitGate:
         else:
             decision = self._decide(scope, rule, now, tenant)
             if decision.delay or decision.verdict is Verdict.REJECT:
-                settled = await self._settle(scope, receive, send, rule, decision)
+                sent = send if exchange is None else exchange.send  # (the quota's fields on a rejection too)
+                settled = await self._settle(scope, receive, sent, rule, decision)
                 if settled is None:  # answered (rejected) or abandoned
                     return
                 outcome, receive, now = settled
@@ -228,20 +177,13 @@ class AdmitGate:
                 outcome = AT_ONCE
         if self._tally_on:
             self._count(rule, outcome)
-        if self._on_admit:
-            send = self.responses.with_limit_fields(scope, send, tenant)
-        probes = self._probes
-        if probes is None:
-            app = self.app
-            await app(scope, receive, send)
-        else:  # (let in after a hold: in flight already, see _settle)
-            await self._probed(scope, receive, send, now, probes, outcome == AFTER_PACING)
+        await self._serve(scope, receive, send, exchange, tenant, now, outcome == AFTER_PACING)
 
-    # The slow path and the probed path are methods of their own: a closure in __call__ would make its
+    # The slow path and the served path are methods of their own: a closure in __call__ would make its
     # captured variables cells, allocated on every request, the fast path's included.
 
     def _decide(self, scope: Scope, rule: Rule, now: float, tenant: str | None) -> Decision:
-        """The gate's (or the tenant pools') decision on a request the inlined fast path did not admit.
+        """The decider's decision on a request the admit path did not admit at once.
 
         A plain method, not a coroutine: a request admitted here is served without an await of its own;
         only a hold or a rejection goes on to :meth:`_settle`.
@@ -252,6 +194,21 @@ class AdmitGate:
             self.backend.start()
         identify = lambda: self.identify(scope, now)  # noqa: E731
         return self.decider.admit(rule.cost, rule.priority, now, identify, tenant)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange | None, tenant: str | None,
+                     now: float, entered: bool) -> None:  # fmt: skip
+        """Serve an admitted request: through its exchange, made now if it needs one (the rate-limit fields of
+        ``tenant``, the probes), in flight from ``now`` (``entered``: put in flight already, by its hold)."""
+        if exchange is None:
+            if not self._on_admit and self._probes is None:
+                app = self.app
+                await app(scope, receive, send)
+                return
+            exchange = self.responses.exchange(scope, send)
+        if self._on_admit:
+            exchange.limit = partial(self.responses.limit_fields, tenant)
+        exchange.probes = self._probes
+        await exchange.serve(self.app, scope, receive, self.clock, now, entered)
 
     async def _settle(
         self, scope: Scope, receive: Receive, send: Send, rule: Rule, decision: Decision
@@ -277,41 +234,6 @@ class AdmitGate:
             self._count(rule, REJECTED)
         await self.responses.reject(scope, send, decision.retry_after, decision.rate, decision.key)
         return None
-
-    async def _probed(self, scope: Scope, receive: Receive, send: Send, now: float, probes: Probes,
-                      entered: bool = False) -> None:  # fmt: skip
-        """Serve an admitted request under ``probes`` (a live capacity).
-
-        In flight from ``now`` (``entered``: put in flight already, by its hold), and answered from its
-        response's start (the in-flight limit leaves it out from then: see :class:`Probes`); latency until the
-        app has finished its response (the app returns after its last body chunk, so streaming counts in full),
-        and the outcome. An app that raises is an error; a cancelled one (the client went away) gives no sample.
-        """
-        if not entered:
-            probes.admit(now)
-        status = 0
-
-        def probe_send(message: Message) -> Awaitable[None]:  # returns send's awaitable: no extra coroutine
-            nonlocal status
-            if not status:  # the first message is http.response.start
-                status = message.get("status", 0)
-                if status:  # answered: its body may stream on, but the in-flight limit leaves it out
-                    probes.answered += 1
-            return send(message)
-
-        try:
-            await self.app(scope, receive, probe_send)
-        except Exception:
-            probes.fail(self.clock(), bool(status))
-            raise
-        except BaseException:
-            probes.cancel(self.clock(), bool(status))
-            raise
-        end = self.clock()
-        if status:
-            probes.complete(end - now, status, end, True)
-        else:  # returned without a response
-            probes.cancel(end)
 
     def _lifespan(self, receive: Receive) -> Receive:
         """Start the lease loop and the metrics sync at start-up (not at the first request); stop at shutdown."""
@@ -366,6 +288,28 @@ class AdmitGate:
             self._count(rule, REJECTED)
         await self.responses.send_rejection(scope, send, retry_after, *self.responses.quota_rejection(retry_after))
 
+    async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Lifespan and websocket scopes (and any other): passed through, but for gated websocket handshakes and the
+        lease loop's and metrics' start-up and shutdown."""
+        if scope["type"] == "websocket" and self.gate_websockets:
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None):
+            await self.app(scope, self._lifespan(receive), send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _by_quota(self, scope: Scope, send: Send, rule: Rule) -> tuple[bool, Exchange | None]:
+        """The request's quota: (True: refused, its answer sent; the exchange adding the quota's fields to its
+        response, or None)."""
+        assert self._quota is not None
+        answer = await self._quota.answer(scope)
+        if answer is not None and answer.wait > 0:
+            await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
+            return True, None
+        if answer is not None and self._on_admit:  # its fields too (the gate's are added as it admits)
+            return False, self.responses.quota_exchange(scope, send, answer)
+        return False, None
+
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         rule = self.router.resolve(scope["path"])
         if rule.exempt:
@@ -406,41 +350,3 @@ class _Misconfigured(AdmitGate):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await fail_startup(self.error, scope, receive, send)
-
-
-def gate_of(gate: object, rate: object, settings: Settings | None, workers: object, server: Server | None,
-            shared: bool, now: float) -> Gate:  # fmt: skip
-    """The middleware's :class:`Gate`: ``gate`` as given, or built from ``rate`` and ``settings``.
-
-    A typed-in rate is the server's: when ``workers`` processes (declared, else counted from the
-    ``server``'s command line) each run a gate, each admits its share of the rate and of an explicit
-    burst. A learnt rate is learnt by each worker from its own traffic, and a ``shared`` budget (Redis)
-    splits the rate itself: neither is divided.
-    """
-    if gate is not None:
-        if rate is not None or settings is not None or workers is not None:
-            raise ConfigError("gate", "a prebuilt Gate carries its own rate and settings: pass gate alone")
-        if not isinstance(gate, Gate):
-            raise ConfigError("gate", "must be an admitgate.core.gate.Gate", gate)
-        return gate
-    settings = instance("settings", settings, Settings)
-    count = integer("workers", workers, 1, 1024) if workers is not None else None
-    if rate is None:  # nobody typed in a capacity: learn it (the default estimator, no hint)
-        from ..config import capacity_from_config
-
-        return Gate(capacity_from_config({}, now=now), settings, now=now)
-    if count is not None and server is not None and server.workers not in (None, count):
-        log.warning("admitgate: workers=%d, but the server runs %d (%s)", count, server.workers, server.how)
-    if count is None and server is not None:
-        count = server.workers
-        if count is None and not shared:
-            log.warning("admitgate: this process is one of several workers of %s, and each admits rate=%r on its "
-                        "own; declare how many share it (workers=N, or ADMITGATE_WORKERS) or share one budget "
-                        "(backend='redis://...')", server.how, rate)  # fmt: skip
-    if not count or count == 1 or shared or isinstance(rate, Capacity):
-        return Gate(rate, settings, now=now)  # type: ignore[arg-type]  # (Gate checks rate's type)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
-        raise ConfigError("rate", "must be requests/s (a number) or a Capacity such as LiveCapacity", rate)
-    log.info("admitgate: %d workers share rate=%g requests/s: this one admits %g", count, rate, rate / count)
-    burst = None if settings.burst is None else max(1.0, settings.burst / count)  # a request needs a whole token
-    return Gate(rate / count, dataclasses.replace(settings, burst=burst), now=now)

@@ -15,40 +15,42 @@ from collections.abc import Hashable
 
 from ..core.clock import Clock
 from ..core.decision import Decider
-from ..core.gate import Gate
 from ..core.quota import Answer
 from ..core.schedule import SLOT_GRACE
 from ..metrics import RETRY_AFTER_BOUNDS
 from .cors import AppCors
-from .headers import Header, HeaderPolicy, merge_expose
+from .exchange import Exchange
+from .headers import Header, HeaderPolicy
 from .quota import QuotaGuard
 from .ticket import RetryTicket
-from .types import Message, Receive, Scope, Send
+from .types import Receive, Scope, Send
 
 
 class Responder:
-    """The responses of one :class:`~admitgate.asgi.middleware.AdmitGate` (``owner``: where the app's CORS
-    layers are looked for). Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets')."""
+    """The responses of one :class:`~admitgate.asgi.middleware.AdmitGate`: ``headers`` renders them, ``cors`` adds
+    the app's CORS policy, ``decider`` says an admitted response's rate-limit fields, ``quota`` and ``ticket`` (or
+    None) add theirs. Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets'; a ticket outlives its
+    Retry-After by ``max_pacing_delay`` and the schedule's grace)."""
 
-    def __init__(self, owner: object, headers: HeaderPolicy, gate: Gate, decider: Decider,
-                 quota: QuotaGuard | None, ticket: RetryTicket | None, clock: Clock,
-                 wall_clock: Clock) -> None:  # fmt: skip
-        self._owner, self.headers, self.gate, self.decider = owner, headers, gate, decider
+    def __init__(self, headers: HeaderPolicy, cors: AppCors, decider: Decider, quota: QuotaGuard | None,
+                 ticket: RetryTicket | None, clock: Clock, wall_clock: Clock,
+                 max_pacing_delay: float) -> None:  # fmt: skip
+        self.headers, self.cors, self.decider = headers, cors, decider
         self.quota, self.ticket, self.clock, self.wall_clock = quota, ticket, clock, wall_clock
-        self.cors = AppCors(headers.exposed)
+        self.max_pacing_delay = max_pacing_delay
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)  #: 429s per Retry-After bucket
         self.retry_after_sum = 0  #: seconds of Retry-After given out
 
     def _resolve_cors(self, scope: Scope) -> None:
         if not self.cors.resolved:  # a CORS layer outside the gate must expose the fields too
-            self.cors.resolve(self._owner, scope)
+            self.cors.resolve(scope)
 
     async def reject(self, scope: Scope, send: Send, retry_after: int, rate: float, ident: Hashable | None) -> None:
         """The gate's rejection: Retry-After ``retry_after`` s, the fields of ``rate`` (H, requests/s), and the
         ticket of ``ident`` (a client the gate recognises by it when it comes back)."""
         headers, body = self.headers.rejection(retry_after, rate)
         if self.ticket is not None and isinstance(ident, str):
-            max_age = retry_after + math.ceil(self.gate.max_pacing_delay + SLOT_GRACE)
+            max_age = retry_after + math.ceil(self.max_pacing_delay + SLOT_GRACE)
             cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
             headers.append((b"set-cookie", cookie))
         await self.send_rejection(scope, send, retry_after, headers, body)
@@ -68,38 +70,29 @@ class Responder:
         await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    def with_quota_fields(self, scope: Scope, send: Send, answer: Answer) -> Send:
-        """``send`` adding the quota's fields for a request it allowed to the response (whatever the gate says)."""
+    def quota_exchange(self, scope: Scope, send: Send, answer: Answer) -> Exchange:
+        """``send`` wrapped to add the quota's fields for a request it allowed to the response (whatever the gate
+        says), and the gate's own once it admits it (see :meth:`limit_fields`)."""
         guard = self.quota
         assert guard is not None
         fields = self.headers.quota_fields(guard.quota.name, guard.limit, guard.window, *guard.fields(answer))
         self._resolve_cors(scope)
-        exposed = self.headers.exposed
+        return Exchange(send, self.headers.exposed, fields)
 
-        async def send_with_quota(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = merge_expose([*message.get("headers", ()), *fields], exposed)
-            await send(message)
+    def exchange(self, scope: Scope, send: Send) -> Exchange:
+        """``send`` wrapped for an admitted request (its rate-limit fields, its probes)."""
+        if self.headers.on_admit:
+            self._resolve_cors(scope)
+        return Exchange(send, self.headers.exposed)
 
-        return send_with_quota
-
-    def with_limit_fields(self, scope: Scope, send: Send, tenant: str | None = None) -> Send:
-        """``send`` adding the gate's rate-limit fields (its bucket, or ``tenant``'s) to an admitted response."""
-        policy, clock, decider = self.headers, self.clock, self.decider
-        self._resolve_cors(scope)
-
-        async def send_with_fields(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                now = clock()
-                pacer, rate = decider.limit_of(tenant, now)
-                tokens = pacer.tokens(now)
-                remaining = max(0, int(tokens))
-                reset = None if remaining else max(1, math.ceil(pacer.wait_time(1.0, now)))
-                fields = policy.limit_fields(rate, remaining, reset)
-                message["headers"] = merge_expose([*message.get("headers", ()), *fields], policy.exposed)
-            await send(message)
-
-        return send_with_fields
+    def limit_fields(self, tenant: str | None) -> list[Header]:
+        """The gate's rate-limit fields for an admitted response of ``tenant`` (its bucket, or the gate's), now."""
+        now = self.clock()
+        pacer, rate = self.decider.limit_of(tenant, now)
+        tokens = pacer.tokens(now)
+        remaining = max(0, int(tokens))
+        reset = None if remaining else max(1, math.ceil(pacer.wait_time(1.0, now)))
+        return self.headers.limit_fields(rate, remaining, reset)
 
     async def refuse_handshake(self, scope: Scope, receive: Receive, send: Send, headers: list[Header],
                                body: bytes) -> None:  # fmt: skip

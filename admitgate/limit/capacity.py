@@ -1,6 +1,6 @@
 """A live capacity: the rate learnt from the gate's own probes by a capacity estimator.
 
-:class:`LiveCapacity` is a :class:`~admitgate.core.rate.RateSource`: at each of the gate's refreshes it summarises
+:class:`LiveCapacity` is a :class:`~admitgate.core.source.RateSource`: at each of the gate's refreshes it summarises
 the :class:`~admitgate.core.probes.Probes` the middleware records into a :class:`~admitgate.limit.window.Window`,
 asks its estimator (:mod:`admitgate.limit.estimators`) for the rate, optionally caps or replaces it by external
 capacity probes (a pool's free connections, a dependency's own headroom) and reduces it by an external background
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 
 from ..core.errors import ConfigError, integer, non_negative, number, positive
 from ..core.probes import Probes
-from ..core.rate import CapacityState, RateReading
 from ..core.settings import MAX_RATE, MIN_RATE
+from ..core.source import CapacityState, RateReading
 from .bdp import CURRENT_SPAN, DELIVERY_SPAN, HEALTHY, RECENT_SPAN
 from .estimator import Estimator
 from .window import Window

@@ -7,11 +7,11 @@ import math
 
 from ..gate import Gate
 from ..probes import Probes
-from ..rate import RateReading
+from ..source import RateReading
 
 
 class Share:
-    """A pool's rate source (a :class:`~admitgate.core.rate.RateSource` its gate reads): ``value``, its share
+    """A pool's rate source (a :class:`~admitgate.core.source.RateSource` its gate reads): ``value``, its share
     of the capacity ``basis`` (both requests/s, as of the last reallocation), which its pacer refills at scaled
     by what the ``root``'s rate is now over ``basis``; the ``capacity`` its Retry-After is told at (see
     :meth:`Pool.set_share`), its ``entitlement`` (its weighted share among the tenants asking: the ``q`` its

@@ -33,6 +33,7 @@ class TableState:
         if not isinstance(tenancy, Tenancy):
             raise ConfigError("tenants", "must be an admitgate.Tenancy", tenancy)
         self.tenancy, self.root, self.tuning = tenancy, root, tuning
+        self._below = root.ledger  # (what the pools carry, as the root's shared budget reads it; bound once)
         self._pools: BoundedExpiringMap[Pool] = BoundedExpiringMap(tenancy.max_tenants)
         self._entries = self._pools.data  # (for try_take: a pool's entry by subscript, its expiry checked there)
         self._candidates: BoundedExpiringMap[Candidate] = BoundedExpiringMap(tenancy.max_tenants)

@@ -118,12 +118,11 @@ class Tenants(Reallocation, Waking):
             return root.pacer.try_take(cost, now)
         if now >= self.next_rebalance:
             return False
-        name = tenant
-        if name is None:
+        if tenant is None:
             pool = self.newcomers
         else:  # (self._pools.get, inlined, by subscript, not a call: an expired entry is left for admit to drop)
             try:
-                expiry, pool = self._entries[name]
+                expiry, pool = self._entries[tenant]
             except KeyError:
                 return False
             if expiry <= now:
@@ -162,7 +161,7 @@ class Tenants(Reallocation, Waking):
             me._tokens, guard._tokens = left, spare
             me.taken += 1
         pool.asked += cost
-        root.ledger.delegated += 1
+        self._below.delegated += 1
         return True
 
     def end_hold(self, decision: Decision, now: float, gone: bool = False) -> Decision | None:

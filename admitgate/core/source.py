@@ -1,4 +1,4 @@
-"""The rate seam: where the gate's capacity μ comes from, read once per refresh.
+"""The rate seam: where the gate's capacity μ comes from (a rate source), read once per refresh.
 
 A :class:`RateSource` gives the gate one :class:`RateReading` each time it refreshes (every
 ``refresh_interval`` seconds): the rate its pacer refills at and what the schedule and the forecast need beside

@@ -1,0 +1,277 @@
+"""A gate's state and its rates: μ read from its source on a cadence, λ_new, the shed rate H, and the outage verdict.
+
+:class:`GateRates` is what :class:`~admitgate.core.gate.Gate` decides on: its token pacer (refilling at μ), its
+retry schedule (whose head moves at H = μ − λ_new), its counters, and :meth:`GateRates.refresh`, which pulls μ from
+the rate source (:mod:`admitgate.core.source`), or this replica's share from a shared budget, on the gate's cadence.
+It reads no clock: every call takes ``now`` (seconds).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .budget import Budget
+from .decision import GateStats
+from .errors import ConfigError, number
+from .ledger import Ledger, Parent
+from .newrate import NewRate
+from .pacer import TokenPacer
+from .probes import Probes
+from .schedule import PLACEMENTS, Schedule
+from .settings import MAX_RATE, MIN_RATE, Settings
+from .source import Capacity, RateOf, RateSource, StaticCapacity
+from .tuning import GATE, GateTuning
+
+
+class GateRates:
+    """The state of a :class:`~admitgate.core.gate.Gate` and its rates (see the module docstring); the gate's
+    arguments are its own."""
+
+    def __init__(self, rate: float | RateSource | Capacity, settings: Settings | None = None, *, now: float = 0.0,
+                 tuning: GateTuning = GATE) -> None:  # fmt: skip
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            raise ConfigError("settings", "must be an admitgate.Settings", settings)
+        self.settings, self.tuning = settings, tuning
+        self.capacity_source: RateSource = _capacity_source(rate)
+        initial = _initial_rate(self.capacity_source, now)
+        s = settings
+        burst = max(1.0, initial / tuning.burst_divisor) if s.burst is None else s.burst
+        self.max_pacing_delay = s.max_pacing_delay
+        self.lead = min(tuning.lead, self.max_pacing_delay)  # how early before its place a client is told to return
+        windows = math.ceil(tuning.waiter_windows * initial * s.max_pacing_delay)
+        self.max_waiters = max(tuning.min_waiters, windows) if s.max_waiters is None else s.max_waiters
+        self.max_retry_after = s.max_retry_after
+        self._cap = int(self.max_retry_after)
+        self.refresh_interval = s.refresh_interval
+        self.tarpit = s.tarpit
+        self.max_tarpitted = s.max_tarpitted
+        self.standing_queue = s.standing_queue
+        self.fresh_pacing_delay = s.fresh_pacing_delay
+        self._growth = s.growth
+        # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
+        self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
+        placement = PLACEMENTS[s.spread == "jitter"]
+        self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
+        self._book = self.schedule.book  # (who holds a place: the live mapping, bound once for the admit path)
+        self._new = NewRate(s.new_window, now)
+        self.stats = GateStats()
+        #: probe aggregates the middleware records into, if the capacity source reads them (else None)
+        self.probes: Probes | None = self.capacity_source.probes
+        #: the probes whose in-flight limit bounds what this gate admits (a live capacity's), or None
+        self.bound: Probes | None = self.probes if self.probes is not None and self.probes.floor is not None else None
+        #: a shared budget (admitgate.backends.shared.RedisBudget) that leases this replica's tokens, or None
+        self.backend: Budget | None = None
+        #: what the gates this one's capacity is divided among (a tenants' table's pools) carry
+        self.ledger = Ledger(owed_until=now)
+        #: in a tenants' pool, its tie to the replica (its bucket, and what going in on it alone leaves); None elsewhere
+        self.parent: Parent | None = None
+        self.waiters = 0  #: requests held by pacing now
+        self.tarpitted = 0  #: 429s held by the tarpit now
+        self._queue_since = now  # when the current queue of paced new requests began
+        self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
+        self._overflowing = False
+        self._peak, self._peak_at = 0.0, now  # recent peak of H (decaying), and when it was last updated
+        self._top = 0.0  # recent peak of μ (decaying as the peak of H does)
+        self._down_at = -math.inf  # the last refresh at which μ had collapsed
+        self._struck = False  # μ was cut under `collapse` of its peak since the gate was last calm (see _reject)
+        #: an outage, as of the last refresh: from μ falling below ``tuning.collapse`` of its recent peak until a
+        #: λ_new window (``new_window`` seconds) after it is back (with a shared budget the fleet's μ, and the time
+        #: before the first lease); in a tenants' pool, its root's
+        self.collapsed = False
+        self._calm_at = now  # the last refresh in no outage, with H at `collapse` of its peak or more
+        self._believed: float | None = None  # μ as the source believed it at the last refresh (None: the rate)
+        self._forecast = 0.0  # the source's forecast growth at the last refresh, per second
+        self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
+        self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
+        self.next_refresh = now
+        self.refresh(now)
+
+    @property
+    def static_rate(self) -> float | None:
+        """The capacity in requests/s if it was typed in (a number, not a live source), else None."""
+        return self.capacity_source.value if isinstance(self.capacity_source, StaticCapacity) else None
+
+    # -- rates ----------------------------------------------------------------------------
+    def refresh(self, now: float) -> None:
+        """Pull μ from the capacity source, update λ_new, and move the schedule at H (call at any rate)."""
+        if now < self.next_refresh:
+            return
+        self.next_refresh = now + self.refresh_interval
+        reading = self.capacity_source.read(now)
+        rate = reading.rate
+        self._believed = reading.capacity
+        self._forecast = 0.0 if reading.growth is None else reading.growth
+        backend = self.backend
+        self._new.update(self.new_requests, now)
+        shared = fleet = None
+        fleet_mu = rate  # μ of the fleet, with a shared budget
+        if backend is not None:  # a shared budget sets the pacer and this replica's share of the fleet's H
+            backend.local_rate = rate
+            backend.overdue(now)
+            shared = backend.headroom(self.backlog()[0])
+            fleet = backend.headroom(0.0)  # (its share with nothing scheduled: all of the fleet's H)
+            fleet_mu = backend.fleet_rate or rate
+        elif rate != self.pacer.rate and 0 < rate < math.inf:
+            self.pacer.set_rate(rate, now)
+        if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
+            self.schedule.set_rate(min(shared, self._room(self.pacer.rate)), now)
+            self._promise = shared
+            # In an outage the fleet's H is expected back, not this replica's share of it: the share falls whenever
+            # a herd lands on the others (judged on it, their herd was an outage here, every client told to come
+            # back in a second: 11,000 of 20,000 answers on the fleet herd).
+            self._level = fleet or shared
+        else:
+            self.schedule.set_rate(self._room(self.pacer.rate), now)
+            self._promise = self.headroom(now)
+            whole = reading.whole  # (a tenants' pool: its root's, see Share)
+            self._level = self._promise * whole if whole is not None else self._promise
+        mu = fleet_mu if backend is not None else self.capacity
+        self._judge(now, mu, reading.collapsed, backend is not None and shared is None)
+        if self._overflowing and self.schedule.horizon(now) < self._cap:
+            self._overflowing = False  # the episode is over: log the next one again
+
+    @property
+    def new_requests(self) -> int:
+        """Requests so far from clients holding no place (first attempts), critical ones included."""
+        s = self.stats
+        return self.pacer.taken + s.spare + s.critical + s.contended - s.returning
+
+    def new_rate(self) -> float:
+        """λ_new: the measured rate of new requests, requests/s."""
+        return self._new.rate
+
+    @property
+    def promise(self) -> float:
+        """H as Retry-After is told by, requests/s, as of the last refresh: from the capacity μ, or with a shared
+        budget this replica's share of the fleet's H (its pools' schedules counted), not the lease it holds."""
+        return self._promise
+
+    @property
+    def whole(self) -> float:
+        """How many times :attr:`promise` the H an outage expects back is: with a shared budget, the fleet's H
+        over this replica's share of it (a tenants' pool's gate is told it by its table); 1 otherwise."""
+        return self._level / self._promise
+
+    def backlog(self) -> tuple[int, float]:
+        """What this gate and the gates below it carry: the clients holding places in their retry schedules,
+        and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
+        below = self.ledger
+        return self.schedule.holders + below.held, self._new.rate + below.new
+
+    def headroom(self, now: float) -> float:
+        """H: the rate returning clients may come back at, requests/s (what they are told by).
+
+        H = μ − λ_new − √λ_new, floored at a small share of μ. New requests arrive at random (about
+        Poisson): in a second they vary by about √λ_new. Scheduling returns at exactly μ − λ_new would
+        run the bucket at utilisation 1, where the wait of a new request drifts without bound; the
+        allowance keeps it short. The schedule's head moves at the same H computed from the rate in
+        force, which is lower while a live estimator drains a queue: places then come due later than
+        told, and their clients, back early, keep their places.
+        """
+        return self._room(self.capacity)
+
+    def _room(self, rate: float) -> float:
+        new = self._new.rate
+        return max(rate - new - math.sqrt(new), rate * self.tuning.min_share)
+
+    @property
+    def capacity(self) -> float:
+        """μ, requests/s: what the capacity source believes the service can take.
+
+        For a live source this is the estimator's belief, not the rate it sets the pacer to while it
+        drains a queue: the schedule is timed by what the service can take, not by a moment's dip.
+        """
+        return self._believed or self.pacer.rate
+
+    @property
+    def growth(self) -> float:
+        """How fast H may rise per second in the forecast that times Retry-After (see the class docstring)."""
+        return self._growth if self._growth is not None else self._forecast
+
+    def _flooded(self) -> bool:
+        """New requests alone fill the capacity (H is at its floor): sustained overload, not a herd."""
+        new = self._new.rate
+        return new + math.sqrt(new) >= self.capacity * (1 - self.tuning.min_share)
+
+    def state(self, now: float) -> dict[str, float | str | None]:
+        """What the gate believes now: μ, λ_new and H (requests/s), plus the estimator's state."""
+        new = self._new.rate
+        out: dict[str, float | str | None] = {"rate": self.pacer.rate, "lambda_new": new}
+        out.update(headroom=self.headroom(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
+        live = self.capacity_source.state()
+        if live is not None:
+            out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
+                       baseline_latency=live.baseline, latency=live.latency, completion_rate=live.completion_rate,
+                       inflight=float(live.inflight))  # fmt: skip
+        else:
+            out.update(mu=self.pacer.rate)
+        return out
+
+    def _judge(self, now: float, mu: float, root: bool | None, unleased: bool) -> None:
+        """Whether μ (requests/s; the fleet's, with a shared budget) has collapsed, and the recent peaks of H and μ.
+        ``root``: a pool's root's verdict (None: judged here); ``unleased``: a shared budget has granted nothing yet."""
+        # An outage is the capacity collapsing: μ (the fleet's, with a shared budget). It ends a λ_new window after μ
+        # is back: the clients that arrived during it are new arrivals in λ_new's median for seconds after μ returns
+        # (ended with μ, the outage-recovery herd's clients were told at H's floor: drain 1.24, against 1.02). Before
+        # a shared budget's first lease the grant is 0 and so is the promise: the replica's clients expect its recent
+        # H back (at a rate of 0, folded under the cap, a herd's were told 1-3599 s). H falling while μ stands is
+        # not an outage: see _reject. A tenants' pool is in one with its root.
+        t = self.tuning
+        cut = mu < t.collapse * self._top
+        if root is None and cut:
+            self._down_at = now
+        collapsed = (now - self._down_at < self._new.span or unleased) if root is None else root
+        # The peaks stand for the first `peak_memory` s of an outage, and of H under `collapse` of its peak while μ
+        # stands: new arrivals taking it for a while say nothing of the H to come.
+        calm = not collapsed and self._level >= t.collapse * self._peak
+        if calm:
+            self._calm_at = now
+        self._struck = cut or (self._struck and not calm)  # (see _reject)
+        if calm or now - self._calm_at >= t.peak_memory:
+            fade = math.exp((self._peak_at - now) / t.peak_memory)
+            self._peak = max(self._level, self._peak * fade)
+            self._top = max(mu, self._top * fade)
+        self._peak_at = now
+        self.collapsed = collapsed
+
+    @property
+    def _guard(self) -> TokenPacer | None:
+        """In a tenants' pool, the replica's bucket (see :class:`~admitgate.core.ledger.Parent`); None elsewhere."""
+        parent = self.parent
+        return None if parent is None else parent.bucket
+
+    @property
+    def full(self) -> bool:
+        """The in-flight limit is reached (see :mod:`admitgate.core.probes`): nothing more goes in until the
+        service answers (False without a limit). Requests whose response has begun are not counted."""
+        bound = self.bound
+        return bound is not None and bound.inflight - bound.answered >= bound.limit
+
+    @property
+    def recheck(self) -> float:
+        """Seconds a hold sleeps at most before it looks again: ``tuning.recheck`` where the rate can move (a live
+        source, a tenant's share, a shared budget's grants), else no limit (a typed-in rate: nothing to see)."""
+        moves = self.backend is not None or not isinstance(self.capacity_source, StaticCapacity)
+        return self.tuning.recheck if moves else math.inf
+
+
+def _capacity_source(rate: object) -> RateSource:
+    """``rate`` as a rate source: a number (requests/s, at most MAX_RATE), a RateSource, or a Capacity."""
+    if isinstance(rate, RateSource) and callable(rate.read):
+        return rate
+    if isinstance(rate, Capacity) and callable(rate.rate):
+        return RateOf(rate)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise ConfigError("rate", "must be requests/s (a number) or a Capacity such as LiveCapacity", rate)
+    return StaticCapacity(rate)
+
+
+def _initial_rate(source: RateSource, now: float) -> float:
+    """What ``source`` reads at ``now``: a rate in (0, MAX_RATE] requests/s, else ConfigError."""
+    try:
+        initial = source.read(now).rate
+    except Exception as exc:
+        raise ConfigError("rate", f"the rate source failed: {exc!r}") from exc
+    return number("rate", initial, MIN_RATE, MAX_RATE, unit="requests/s")
