@@ -172,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="admitgate", description="ASGI admission control that spreads herds.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _demo_parser(sub)
+    _plan_parser(sub)
+    _simulate_parser(sub)
+    return parser
+
+
+def _demo_parser(sub: Any) -> None:
+    """The ``demo`` command on ``sub`` (argparse's subparsers)."""
     demo = sub.add_parser("demo", help="serve the demo app behind the gate, or fire a herd at it (--herd N)")
     demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default: %(default)s)")
     demo.add_argument("--port", type=int, default=8000, help="port to serve on (default: %(default)s)")
@@ -201,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no start-up line")
     demo.set_defaults(func=_demo)
 
+
+def _plan_parser(sub: Any) -> None:
+    """The ``plan`` command on ``sub`` (argparse's subparsers)."""
     plan = sub.add_parser("plan", help="size the minimum safe jitter window for a cohort")
     plan.add_argument("--clients", "-M", type=int, required=True, help="cohort size M")
     plan.add_argument("--headroom", "-H", type=float, required=True, help="headroom H, requests/s")
@@ -221,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (null where a figure is infinite)")
     plan.set_defaults(func=_plan)
 
+
+def _simulate_parser(sub: Any) -> None:
+    """The ``simulate`` command on ``sub`` (argparse's subparsers)."""
     sim = sub.add_parser("simulate", help="run a herd against the real gate on a virtual clock")
     sim.add_argument("scenario", nargs="?", default="cache-expiry",
                      help="a scenario.toml, or an embedded scenario name (default: %(default)s)")  # fmt: skip
@@ -236,7 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", metavar="PNG", help="save a plot (needs the 'plot' extra: matplotlib)")
     sim.add_argument("--json", action="store_true", help="print the runs as JSON (null where a figure is infinite)")
     sim.set_defaults(func=_simulate)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -303,26 +303,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
     rate, ``[capacity]`` (or any ``ADMITGATE_CAPACITY_*``) tunes the estimator that learns it.
     """
     env = os.environ if env is None else env
-    path = path or env.get("ADMITGATE_CONFIG")
-    data = _read(path) if path else {}
     schema = _schema()
-    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-    names: dict[tuple[str, str], str] = {}  # (section, key) -> what to call it in an error
-    for section, table in data.items():
-        for key, value in table.items():
-            values[section][key] = value
-            names[section, key] = f"{section}[{key!r}]" if section in ("routes", "classes") else f"{section}.{key}"
-    for (section, key), (raw, var) in _from_env(env, schema).items():
-        if section in ("routes", "classes"):
-            values[section] = _convert(_table, raw, True, var)
-            names.update({(section, k): f"{var}[{k!r}]" for k in values[section]})
-        elif section == "capacity":
-            _put_capacity(values["capacity"], key, raw, var)
-            if "." not in key:  # an estimator's parameter keeps the file's name, capacity.<estimator>.<param>
-                names[section, key] = var
-        else:
-            values[section][key] = raw
-            names[section, key] = var
+    values, names = _gather(path or env.get("ADMITGATE_CONFIG"), env, schema)
     out: dict[str, Any] = {}
     for section in ("gate", "settings", "identity", "headers", "backend", "tenants", "quota"):
         for key, value in values[section].items():
@@ -356,6 +338,31 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
     elif capacity:
         out["rate"] = _build(lambda **kw: capacity_from_config(kw, now=now), capacity, "capacity", names)
     return out
+
+
+def _gather(path: str | Path | None, env: Mapping[str, str],
+            schema: dict[str, dict[str, Convert]]) -> tuple[dict[str, dict[str, Any]], Names]:  # fmt: skip
+    """Every value the file at ``path`` (if any) and the variables in ``env`` set, by section and key, as given
+    (variables over the file), and what an error calls each."""
+    data = _read(path) if path else {}
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    names: dict[tuple[str, str], str] = {}  # (section, key) -> what to call it in an error
+    for section, table in data.items():
+        for key, value in table.items():
+            values[section][key] = value
+            names[section, key] = f"{section}[{key!r}]" if section in ("routes", "classes") else f"{section}.{key}"
+    for (section, key), (raw, var) in _from_env(env, schema).items():
+        if section in ("routes", "classes"):
+            values[section] = _convert(_table, raw, True, var)
+            names.update({(section, k): f"{var}[{k!r}]" for k in values[section]})
+        elif section == "capacity":
+            _put_capacity(values["capacity"], key, raw, var)
+            if "." not in key:  # an estimator's parameter keeps the file's name, capacity.<estimator>.<param>
+                names[section, key] = var
+        else:
+            values[section][key] = raw
+            names[section, key] = var
+    return values, names
 
 
 def _convert(convert: Convert, value: object, env: bool, name: str) -> Any:

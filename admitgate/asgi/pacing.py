@@ -48,51 +48,27 @@ async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, sc
     either way (the server has stopped reading it), and a client that sent ``Expect: 100-continue``
     is not asked for its body before the app wants it (uvicorn sends the 100 at the first read).
     """
-    first: Message | None = None
-    gone = False
-    watched = small_body(scope)
-
-    async def watch(holding: anyio.CancelScope) -> None:
-        nonlocal first, gone
-        if first is None:
-            first = await receive()
-        if first["type"] == "http.disconnect" or not first.get("more_body", False):
-            # the body is all in (or the client left): only a disconnect can come now
-            gone = first["type"] == "http.disconnect" or (await receive())["type"] == "http.disconnect"
-            holding.cancel()  # the client left: stop holding
-
-    def enter(let: Decision | None) -> bool:
-        """Put ``let`` in flight if it lets the request in (see above); True if it does."""
-        if probes is None or let is None or let.delay or let.verdict is Verdict.REJECT:
-            return False
-        probes.admit(clock())
-        return True
-
+    watch = _Watch(receive) if small_body(scope) else None
     current: Decision | None = decision
     entered = False
     while current is not None and current.delay:
         if current.verdict is Verdict.REJECT:
-            try:
-                await sleep(current.delay)
-            except BaseException:  # (cancelled: its tarpit slot comes back all the same)
-                gate.end_hold(current, clock(), gone=True)
-                raise
-            current = gate.end_hold(current, clock())
+            current = await _tarpit(gate, clock, sleep, current)
             continue
         # One watcher for the hold and all its wake-ups (a hold where the rate can move wakes every
-        # Gate.recheck s): a task group, a task and a read cancelled at each wake-up cost a hundred microseconds,
-        # four times a second for every held request.
+        # GateTuning.recheck s): a task group, a task and a read cancelled at each wake-up cost a hundred
+        # microseconds, four times a second for every held request.
         held: Decision | None = current
         over = False
         try:
             async with anyio.create_task_group() as watching:
-                if watched:
+                if watch is not None:
                     watching.start_soon(watch, watching.cancel_scope)
                 while held is not None and held.verdict is Verdict.PACE and held.delay:
                     await sleep(held.delay)
                     held = gate.end_hold(held, clock())
                 over = True
-                entered = enter(held)  # (now: the task group's exit below is an await)
+                entered = _enter(held, probes, clock)  # (now: the task group's exit below is an await)
                 watching.cancel_scope.cancel()
         except BaseException:
             if entered:  # let in, but it never reaches the app: its place in flight comes back
@@ -104,19 +80,62 @@ async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, sc
         if over:
             current = held
         else:  # the watcher ended the hold: the client left (or its read ended otherwise)
-            assert held is not None
-            current = gate.end_hold(held, clock(), gone)
-            entered = enter(current)
-    if first is None:
-        return current, receive
-    replayed = False
+            assert held is not None and watch is not None
+            current = gate.end_hold(held, clock(), watch.gone)
+            entered = _enter(current, probes, clock)
+    return current, receive if watch is None else watch.replayed()
 
-    async def replay() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        assert first is not None
-        return first
 
-    return current, replay
+async def _tarpit(gate: Decider, clock: Clock, sleep: Sleep, rejection: Decision) -> Decision | None:
+    """Hold a 429 for its delay (nothing to watch), then end the hold (its tarpit slot comes back however)."""
+    try:
+        await sleep(rejection.delay)
+    except BaseException:  # (cancelled: its tarpit slot comes back all the same)
+        gate.end_hold(rejection, clock(), gone=True)
+        raise
+    return gate.end_hold(rejection, clock())
+
+
+def _enter(let: Decision | None, probes: Probes | None, clock: Clock) -> bool:
+    """Put the request in flight in ``probes`` if ``let`` lets it in (see :func:`hold`); True if it does."""
+    if probes is None or let is None or let.delay or let.verdict is Verdict.REJECT:
+        return False
+    probes.admit(clock())
+    return True
+
+
+class _Watch:
+    """The client of a held request with no body or a small one: its first message, read while it is held (and
+    replayed to the app), and whether it went away."""
+
+    __slots__ = ("first", "gone", "receive")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.first: Message | None = None
+        self.gone = False
+
+    async def __call__(self, holding: anyio.CancelScope) -> None:
+        if self.first is None:
+            self.first = await self.receive()
+        first = self.first
+        if first["type"] == "http.disconnect" or not first.get("more_body", False):
+            # the body is all in (or the client left): only a disconnect can come now
+            self.gone = first["type"] == "http.disconnect" or (await self.receive())["type"] == "http.disconnect"
+            holding.cancel()  # the client left: stop holding
+
+    def replayed(self) -> Receive:
+        """What the app receives from: its first message replayed, if it was read, then the rest."""
+        first, receive = self.first, self.receive
+        if first is None:
+            return receive
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return first
+
+        return replay

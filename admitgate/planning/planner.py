@@ -129,56 +129,11 @@ def plan(
     cost_wait: float | None = None,
 ) -> Plan:
     """Size the jitter window for ``clients`` against ``headroom`` requests/s (see the module docstring)."""
-    integer("clients", clients, 1)
-    if clients > MAX_CLIENTS:
-        raise ConfigError("clients", f"must be <= {MAX_CLIENTS:,}", clients)
-    _positive("headroom", headroom)
-    if headroom > MAX_HEADROOM:
-        raise ConfigError("headroom", f"must be <= {MAX_HEADROOM:g} requests/s", headroom)
-    for name, value in (("service_time", service_time), ("connections", connections), ("reset", reset),
-                        ("deadline", deadline), ("sla_p95", sla_p95), ("cost_capacity", cost_capacity),
-                        ("cost_wait", cost_wait)):  # fmt: skip
-        _positive(name, value)
-    _positive("retry_after", retry_after, allow_zero=True)
-    _positive("remaining", remaining, allow_zero=True)
-    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and MIN_EPS <= eps < 1):
-        raise ConfigError("eps", f"must be in [{MIN_EPS:g}, 1): smaller tolerances are lost to rounding in 1 − ε", eps)
-    if (service_time is None) != (connections is None):
-        missing = "connections" if connections is None else "service_time"
-        raise ConfigError(missing, "needs service_time and connections together")
-    if (remaining is None) != (reset is None):
-        raise ConfigError("reset" if reset is None else "remaining", "needs remaining and reset together")
-    if (cost_capacity is None) != (cost_wait is None):
-        raise ConfigError("cost_wait" if cost_wait is None else "cost_capacity", "needs both cost terms")
-    if cost_capacity is not None and cost_wait is not None and not math.isfinite(2 * cost_capacity / cost_wait):
-        raise ConfigError("cost_wait", "cost_capacity / cost_wait overflows", cost_wait)
-
+    _check(clients, headroom, service_time, connections, eps, retry_after, remaining, reset, deadline, sla_p95,
+           cost_capacity, cost_wait)  # fmt: skip
     m, h = clients, float(headroom)
-    bounds = [Bound("rate", "lower", m / h, f"M/H = {m:,}/{h:g}")]
-    if service_time is not None and connections is not None:
-        bounds.append(Bound("concurrency", "lower", m * service_time / connections,
-                            f"M·s/K = {m:,}·{service_time:g}/{connections:g}"))  # fmt: skip
-    exact = normal = None
-    if eps is not None:
-        exact, normal = max_safe_rate(h, eps), normal_safe_rate(h, eps)
-        # no arrival rate is safe when the tolerance is below what rounds to zero (a headroom under 1/s, a
-        # tiny eps): then no window is long enough
-        lower, approx = (m / exact if exact > 0 else math.inf), (m / normal if normal > 0 else math.inf)
-        bounds.append(Bound("probabilistic", "lower", lower,
-                            f"P(Poisson(M/W) > {math.floor(h)}) <= {eps:g}: M/W <= {exact:.2f}/s "
-                            f"(normal approx. {normal:.2f}/s, W >= {approx:.3f} s)"))  # fmt: skip
-    if remaining is not None and reset is not None:
-        admitted = min(h, remaining / reset)
-        if admitted <= 0:
-            bounds.append(Bound("rate-limit", "lower", math.inf, "no requests remaining in the rate limit"))
-        else:
-            bounds.append(Bound("rate-limit", "lower", m / admitted,
-                                f"M/min(H, R/Δ) = {m:,}/min({h:g}, {remaining:g}/{reset:g})"))  # fmt: skip
-    if deadline is not None:
-        bounds.append(Bound("deadline", "upper", deadline - retry_after, f"Δ + W <= D = {deadline:g}"))
-    if sla_p95 is not None:
-        bounds.append(Bound("sla-p95", "upper", (sla_p95 - retry_after) / 0.95, f"Δ + 0.95·W <= L = {sla_p95:g}"))
-
+    bounds, exact, normal = _bounds(m, h, service_time, connections, eps, retry_after, remaining, reset, deadline,
+                                    sla_p95)  # fmt: skip
     lowers = [b for b in bounds if b.kind == "lower"]
     uppers = [b for b in bounds if b.kind == "upper"]
     low = max(lowers, key=lambda b: b.seconds)
@@ -208,6 +163,67 @@ def plan(
         binding = high.name if high is not None and window >= upper else "economic"
     return Plan(m, h, retry_after, tuple(bounds), low.seconds, upper, True, window, binding, m / window,
                 retry_after + window / 2, retry_after + 0.95 * window, exact, normal, optimum)  # fmt: skip
+
+
+def _check(clients: int, headroom: float, service_time: float | None, connections: float | None, eps: float | None,
+           retry_after: float, remaining: float | None, reset: float | None, deadline: float | None,
+           sla_p95: float | None, cost_capacity: float | None, cost_wait: float | None) -> None:  # fmt: skip
+    """:func:`plan`'s arguments, each checked (a ConfigError names the one at fault)."""
+    integer("clients", clients, 1)
+    if clients > MAX_CLIENTS:
+        raise ConfigError("clients", f"must be <= {MAX_CLIENTS:,}", clients)
+    _positive("headroom", headroom)
+    if headroom > MAX_HEADROOM:
+        raise ConfigError("headroom", f"must be <= {MAX_HEADROOM:g} requests/s", headroom)
+    for name, value in (("service_time", service_time), ("connections", connections), ("reset", reset),
+                        ("deadline", deadline), ("sla_p95", sla_p95), ("cost_capacity", cost_capacity),
+                        ("cost_wait", cost_wait)):  # fmt: skip
+        _positive(name, value)
+    _positive("retry_after", retry_after, allow_zero=True)
+    _positive("remaining", remaining, allow_zero=True)
+    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and MIN_EPS <= eps < 1):
+        raise ConfigError("eps", f"must be in [{MIN_EPS:g}, 1): smaller tolerances are lost to rounding in 1 − ε", eps)
+    if (service_time is None) != (connections is None):
+        missing = "connections" if connections is None else "service_time"
+        raise ConfigError(missing, "needs service_time and connections together")
+    if (remaining is None) != (reset is None):
+        raise ConfigError("reset" if reset is None else "remaining", "needs remaining and reset together")
+    if (cost_capacity is None) != (cost_wait is None):
+        raise ConfigError("cost_wait" if cost_wait is None else "cost_capacity", "needs both cost terms")
+    if cost_capacity is not None and cost_wait is not None and not math.isfinite(2 * cost_capacity / cost_wait):
+        raise ConfigError("cost_wait", "cost_capacity / cost_wait overflows", cost_wait)
+
+
+def _bounds(m: int, h: float, service_time: float | None, connections: float | None, eps: float | None,
+            retry_after: float, remaining: float | None, reset: float | None, deadline: float | None,
+            sla_p95: float | None) -> tuple[list[Bound], float | None, float | None]:  # fmt: skip
+    """The window's lower and upper bounds for ``m`` clients at ``h`` requests/s, and the exact and normal safe
+    arrival rates (requests/s; None without a tolerance ``eps``)."""
+    bounds = [Bound("rate", "lower", m / h, f"M/H = {m:,}/{h:g}")]
+    if service_time is not None and connections is not None:
+        bounds.append(Bound("concurrency", "lower", m * service_time / connections,
+                            f"M·s/K = {m:,}·{service_time:g}/{connections:g}"))  # fmt: skip
+    exact = normal = None
+    if eps is not None:
+        exact, normal = max_safe_rate(h, eps), normal_safe_rate(h, eps)
+        # no arrival rate is safe when the tolerance is below what rounds to zero (a headroom under 1/s, a
+        # tiny eps): then no window is long enough
+        lower, approx = (m / exact if exact > 0 else math.inf), (m / normal if normal > 0 else math.inf)
+        bounds.append(Bound("probabilistic", "lower", lower,
+                            f"P(Poisson(M/W) > {math.floor(h)}) <= {eps:g}: M/W <= {exact:.2f}/s "
+                            f"(normal approx. {normal:.2f}/s, W >= {approx:.3f} s)"))  # fmt: skip
+    if remaining is not None and reset is not None:
+        admitted = min(h, remaining / reset)
+        if admitted <= 0:
+            bounds.append(Bound("rate-limit", "lower", math.inf, "no requests remaining in the rate limit"))
+        else:
+            bounds.append(Bound("rate-limit", "lower", m / admitted,
+                                f"M/min(H, R/Δ) = {m:,}/min({h:g}, {remaining:g}/{reset:g})"))  # fmt: skip
+    if deadline is not None:
+        bounds.append(Bound("deadline", "upper", deadline - retry_after, f"Δ + W <= D = {deadline:g}"))
+    if sla_p95 is not None:
+        bounds.append(Bound("sla-p95", "upper", (sla_p95 - retry_after) / 0.95, f"Δ + 0.95·W <= L = {sla_p95:g}"))
+    return bounds, exact, normal
 
 
 def _remedies(m: int, h: float, low: Bound, high: Bound, upper: float, delta: float, s: float | None,
