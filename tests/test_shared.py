@@ -491,6 +491,8 @@ def test_a_replica_whose_lease_is_late_refills_at_its_fail_open_share_and_pays_i
         for budget in budgets:
             await budget.stop()
 
+    asyncio.run(run())
+
 
 def test_a_replica_whose_tenants_owed_tokens_are_repaid_stops_asking_for_them(redis_server) -> None:
     """The pools' debt is measured at each reallocation, which only a request brings: after a herd's last holds
