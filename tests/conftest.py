@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -11,10 +12,21 @@ from typing import Any
 import anyio
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, settings
 
 from admitgate import ManualClock
 from lab.redis import wait_for_redis
 from lab.serving import free_port
+
+# Hypothesis: CI (``CI`` set, as `.ci/run` runs there) draws the same examples on every run, a fixed set per
+# test, with no example database; a developer's run explores, new examples each time. Neither has a deadline
+# nor the too-slow health check: a test checks behaviour, and a loaded machine must not fail it. (Both start
+# from Hypothesis' defaults: with CI in the environment it has loaded its own "ci" profile by now.)
+PATIENT = {"parent": settings.get_profile("default"), "deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", derandomize=True, database=None, max_examples=50, print_blob=True, **PATIENT)
+settings.register_profile("dev", **PATIENT)
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
+settings.load_profile("ci" if IN_CI else "dev")
 
 
 @pytest.fixture

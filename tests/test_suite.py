@@ -1,10 +1,14 @@
-"""The suite's own rules, read from its source: a coroutine function a test defines is run."""
+"""The suite's own rules: a coroutine function a test defines is run; Hypothesis is deterministic in CI."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+from tests.conftest import IN_CI
 
 TESTS = Path(__file__).resolve().parent
 
@@ -63,3 +67,11 @@ def test_late_lease(redis_server) -> None:
         "<test>:3 test_late_lease.run",
         "<test>:4 run.recorded",
     ]
+
+
+def test_hypothesis_draws_a_fixed_set_of_examples_in_ci_and_never_times_a_test() -> None:
+    profile = settings()
+    assert profile.deadline is None and HealthCheck.too_slow in profile.suppress_health_check
+    assert profile.derandomize is IN_CI and (profile.database is None) is IN_CI
+    if IN_CI:
+        assert profile.max_examples == 50
