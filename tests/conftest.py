@@ -71,60 +71,88 @@ def serve() -> Callable[..., contextlib.AbstractContextManager[str]]:
 
 
 class RedisServer:
-    """A throwaway redis-server on a free loopback port (or the one at REDIS_URL), restartable."""
+    """A Redis for one test: a throwaway redis-server on a free loopback port, restartable (``owned``), or the
+    one at ``REDIS_URL``, which the tests never flush, kill or restart: there each test's keys live under names
+    of its own (:meth:`name`), and only those are deleted after it."""
 
-    def __init__(self, tmp: str) -> None:
-        import os
+    def __init__(self, tmp: str, external: str | None = None) -> None:
         import shutil
         import subprocess
+        import uuid
 
-        self.external = os.environ.get("REDIS_URL")
         self.proc: subprocess.Popen | None = None
-        if self.external:
-            self.url = self.external
+        self.owned = not external
+        if external:
+            self.url, self.namespace = external, f"admitgate-test-{uuid.uuid4().hex[:12]}-"
             return
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is required (Debian package 'redis-server'; .ci/run installs it)")
-        self.binary, self.tmp, self.port = binary, tmp, free_port()
+        self.binary, self.tmp, self.port, self.namespace = binary, tmp, free_port(), ""
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.start()
+
+    def name(self, base: str) -> str:
+        """``base`` as a budget's name (the prefix of its keys) for this test alone."""
+        return self.namespace + base
 
     def start(self) -> None:
         import subprocess
 
-        if self.external:
-            return
+        self._own("start")
         self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--dir", self.tmp], stdout=subprocess.DEVNULL)  # fmt: skip
         wait_for_redis(self.url)
 
     def kill(self) -> None:
+        self._own("kill")
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait(10)
             self.proc = None
 
-    def flush(self) -> None:
+    def _own(self, what: str) -> None:
+        if not self.owned:
+            pytest.fail(f"a test may {what} only a redis-server it started (the own_redis_server fixture)")
+
+    def close(self) -> None:
+        """Stop the server the test started, or delete the keys this test made at ``REDIS_URL``."""
+        if self.owned:
+            self.kill()
+            return
         import redis
 
         client = redis.Redis.from_url(self.url)
-        client.flushdb()
-        client.close()
+        try:
+            keys = list(client.scan_iter(match=f"*{self.namespace}*", count=1000))
+            if keys:
+                client.unlink(*keys)
+        finally:
+            client.close()
 
 
 @pytest.fixture
 def redis_server(tmp_path) -> Iterator[RedisServer]:
-    server = RedisServer(str(tmp_path))
-    server.flush()
+    """The Redis at ``REDIS_URL`` if it is set (this test's keys under names of its own), else one of its own."""
+    server = RedisServer(str(tmp_path), os.environ.get("REDIS_URL"))
     try:
         yield server
     finally:
-        server.kill()
+        server.close()
+
+
+@pytest.fixture
+def own_redis_server(tmp_path) -> Iterator[RedisServer]:
+    """A redis-server this test started, whatever ``REDIS_URL`` says: for tests that kill, restart or flush it."""
+    server = RedisServer(str(tmp_path))
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 #: Fixtures that start a real server: a test that uses one is an integration test whether marked or not.
-SERVER_FIXTURES = frozenset({"serve", "redis_server", "redis_cluster"})
+SERVER_FIXTURES = frozenset({"serve", "redis_server", "own_redis_server", "redis_cluster"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -84,6 +84,13 @@ def test_fleet_herd_smoke() -> None:
     assert result["median"]["server_5xx"] == 0 and result["runs"][0]["retry_after_max"] >= 1
 
 
+def test_fleet_rate_smoke() -> None:
+    result = run(str(BENCH / "fleet_rate.py"), "--rounds", "1", "--seconds", "1")
+    (one,) = result["runs"]
+    assert one["statuses"]["200"] > 0 and result["other_statuses"] == 0  # admitted, and never a 5xx: no speed
+    assert one["ratio"] == pytest.approx(one["admitted_per_s"] / 200, abs=1e-3)  # (of the fleet's 200/s)
+
+
 def test_fairness_smoke() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "fairness.py"), "--seconds", "3", "--warmup", "1",
                           "--scenarios", "lone,weights,lone-slowapi"], capture_output=True, text=True,

@@ -214,9 +214,12 @@ def test_a_bad_limit_in_a_file_names_the_key(tmp_path) -> None:
 
 # -- the fleet's count, in Redis ------------------------------------------------------------------
 def test_two_replicas_sharing_redis_allow_exactly_n_for_one_key(redis_server) -> None:
+    from admitgate.backends.shared import RedisBudget
+
     async def run() -> list[int]:
-        replicas = [AdmitGate(Recorder(), rate=1_000, backend=redis_server.url, identity=Identity(ticket=False),
-                              quota=Quota("5/minute")) for _ in range(2)]  # fmt: skip
+        name = redis_server.name("admitgate")  # (the quota's keys are under the budget's name)
+        replicas = [AdmitGate(Recorder(), rate=1_000, backend=RedisBudget(redis_server.url, name=name),
+                              identity=Identity(ticket=False), quota=Quota("5/minute")) for _ in range(2)]  # fmt: skip
         statuses = [(await call(replicas[i % 2], keyed("alice")))[0] for i in range(12)]
         assert (await call(replicas[1], keyed("bob")))[0] == 200
         for app in replicas:
@@ -228,7 +231,9 @@ def test_two_replicas_sharing_redis_allow_exactly_n_for_one_key(redis_server) ->
     assert statuses.count(200) == 5 and statuses[:5] == [200] * 5 and set(statuses[5:]) == {429}
 
 
-def test_without_redis_the_quota_falls_back_to_the_local_count_and_logs_once(redis_server, caplog) -> None:
+def test_without_redis_the_quota_falls_back_to_the_local_count_and_logs_once(own_redis_server, caplog) -> None:
+    redis_server = own_redis_server
+
     async def run() -> list[int]:
         app = AdmitGate(Recorder(), rate=1_000, backend=redis_server.url, identity=Identity(ticket=False),
                         quota=Quota("3/minute"))  # fmt: skip
