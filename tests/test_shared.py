@@ -32,7 +32,14 @@ if TYPE_CHECKING:
     from tests.conftest import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
-KEYS = ["{t}:bucket", "{t}:replicas", "{t}:rates"]  # (on a server of the test's own)
+
+
+def lease_keys(name: str) -> list[str]:
+    """The keys of budget ``name``'s lease: its bucket, its members, their rates."""
+    return [f"{{{name}}}:bucket", f"{{{name}}}:replicas", f"{{{name}}}:rates"]
+
+
+KEYS = lease_keys("t")  # (on a server of the test's own)
 DEFAULT = DEFAULT_CLASSES["default"]
 
 
@@ -47,11 +54,6 @@ def test_memory_means_no_shared_budget_and_bad_urls_fail_at_start_up() -> None:
         AdmitGate(ok, rate=5, backend="http://localhost")
     with pytest.raises(ConfigError, match=r"backend\.on_failure"):
         RedisBudget("redis://127.0.0.1:1", on_failure="maybe")
-
-
-def lease_keys(name: str) -> list[str]:
-    """The keys of budget ``name``'s lease: its bucket, its members, their rates."""
-    return [f"{{{name}}}:bucket", f"{{{name}}}:replicas", f"{{{name}}}:rates"]
 
 
 def test_leases_are_atomic_under_concurrent_callers(redis_server) -> None:
