@@ -31,6 +31,11 @@ def series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
             for f in text_string_to_metric_families(text) for s in f.samples if s.name == name}  # fmt: skip
 
 
+def verdicts_of(text: str) -> dict[str, float]:
+    """Requests by verdict in an exposition."""
+    return {dict(k)["verdict"]: v for k, v in series(text, f"{m.REQUESTS}_total").items()}
+
+
 def test_a_mounted_metrics_app_answers_while_the_gate_rejects(serve) -> None:
     registry = CollectorRegistry()
     app = Starlette(routes=[Route("/", hello), Mount("/metrics", metrics_app(registry))])  # prometheus-client's way
@@ -98,11 +103,14 @@ def test_admitted_counts_every_request_that_reached_the_app(serve) -> None:
         assert httpx.get(url + "/work", timeout=5).status_code == 200  # the token
         with pytest.raises(httpx.ReadTimeout):  # held for the next token (0.5 s): this client leaves first
             httpx.get(url + "/work", timeout=0.15)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while "abandoned" not in verdicts_of(httpx.get(url + "/metrics", timeout=5).text):  # the hold has ended
+            assert time.monotonic() < deadline, "the abandoned request was never counted"
+            time.sleep(0.05)
         with ThreadPoolExecutor(20) as pool:  # a burst: one at once, some paced, the rest rejected
             statuses = list(pool.map(lambda _: httpx.get(url + "/work", timeout=10).status_code, range(20)))
         text = httpx.get(url + "/metrics", timeout=5).text
-    verdicts = {dict(k)["verdict"]: v for k, v in series(text, f"{m.REQUESTS}_total").items()}
+    verdicts = verdicts_of(text)
     paced = sum(series(text, f"{m.PACED}_total").values())
     ok, rejected = statuses.count(200), statuses.count(429)
     assert ok + rejected == 20 and paced >= 1
