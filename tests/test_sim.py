@@ -10,7 +10,6 @@ import pytest
 from admitgate import ConfigError
 from admitgate.cli import main
 from admitgate.core.gate import Gate
-from admitgate.planning.planner import drain_time
 from admitgate.sim.engine import Simulation, simulate
 from admitgate.sim.scenario import SCENARIOS, Scenario, scenario_from
 
@@ -60,7 +59,9 @@ def test_capacity_steps_use_the_integral_bound() -> None:
     sim = Simulation(scenario_from("ramp"))
     points = sim.headroom_points()
     assert points[0] == (0.0, 5 / 0.1 - 20) and points[-1][1] == pytest.approx(20 / 0.1 - 20)  # 5 -> 20 workers
-    assert drain_time(2000, points) == pytest.approx(sim.run()["bound_integral_s"], abs=1e-3)
+    # H after the release: 30/s, then 15/s more each second (1.5 workers of 0.1 s) up to 180/s at 10 s. The
+    # first ten seconds hold 30 + 45 + ... + 165 = 975 of the 2,000; the other 1,025 take 1,025 / 180 s more.
+    assert sim.run()["bound_integral_s"] == pytest.approx(10 + (2000 - 975) / 180, abs=1e-3)
 
 
 def test_every_embedded_scenario_runs() -> None:
@@ -127,20 +128,21 @@ def test_a_herd_in_one_tenant_drains_as_the_same_herd_without_tenants() -> None:
     assert rejected["herd"] > 1000 and rejected.get("small", 0) == 0
 
 
-@pytest.mark.parametrize(("live", "drain", "errors"), [(False, 1.2, 0), (True, 1.5, 20)], ids=["static", "live"])
-def test_a_herd_across_500_tenants_drains_near_its_bound(live: bool, drain: float, errors: int) -> None:
+@pytest.mark.parametrize(("live", "drain", "served"), [(False, 1.2, 0.75), (True, 1.28, 0.79)], ids=["static", "live"])
+def test_a_herd_across_500_tenants_drains_near_its_bound(live: bool, drain: float, served: float) -> None:
     """2,000 clients, 4 in each of 500 tenants (a cache expiring across a platform's customers). Each new
     pool's full bucket was a burst of its own (520 admitted in the first second at 200/s), pools whose few
     clients come back seconds apart were put to sleep between their returns and never woke to their shares,
     and pools woken together had their first tokens at the same instant: drained at 4-9 times the bound
     (static) with 300-500 5xx. The new arrivals beside it (20/s, without a tenant key) keep the newcomers'
     floor, a tenth of the capacity: as one tenant among 501 they were served one time in ten (0.107 static,
-    0.069 live)."""
+    0.069 live). The README's figures: with the live estimator within 1.28 of the bound; 0 5xx; 75 % of the new
+    arrivals served (79 % live)."""
     estimator = {"estimator": "bdp"} if live else None
     herd = [(f"t{i}", 4) for i in range(500)]
     r = simulate(scenario_from("cache-expiry", clients=2000, tenants={}, herd_tenants=herd, estimator=estimator))
-    assert r["drain_ratio"] <= drain and r["server_5xx"] <= errors
-    assert r["new_served"] >= 0.75
+    assert r["drain_ratio"] <= drain and r["server_5xx"] == 0
+    assert r["new_served"] >= served
 
 
 def test_a_herd_across_100_tenants_drains_its_last_clients_at_its_share() -> None:
