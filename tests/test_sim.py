@@ -128,6 +128,7 @@ def test_a_herd_in_one_tenant_drains_as_the_same_herd_without_tenants() -> None:
     assert rejected["herd"] > 1000 and rejected.get("small", 0) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("live", "drain", "served"), [(False, 1.2, 0.75), (True, 1.28, 0.79)], ids=["static", "live"])
 def test_a_herd_across_500_tenants_drains_near_its_bound(live: bool, drain: float, served: float) -> None:
     """2,000 clients, 4 in each of 500 tenants (a cache expiring across a platform's customers). Each new

@@ -152,6 +152,7 @@ def test_a_flood_of_new_keys_competes_as_one_tenant() -> None:
     assert len(tenants) == 2  # no flood key ever got a pool
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("newcomer_share", "least", "most"), [(0.1, 9.0, 15.0), (0.0, 0.0, 6.0)])
 def test_beside_many_busy_tenants_the_newcomers_keep_their_floor(
     newcomer_share: float, least: float, most: float
@@ -191,6 +192,7 @@ def test_light_tenants_do_not_lift_the_newcomers_above_their_floor() -> None:
     assert tenants.newcomers.weight == 1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(tenants_=st.integers(1, 14), keyless=st.floats(2.0, 60.0))
 def test_under_overload_the_newcomers_keep_their_floor_and_the_sum_stays_within_the_capacity(
@@ -385,6 +387,7 @@ def test_idle_pools_expire_and_the_table_is_bounded() -> None:
     assert len(tenants) == 0 and tenants.pools(100.0) == [tenants.newcomers]
 
 
+@pytest.mark.slow
 def test_a_million_tenant_keys_stay_within_the_bound() -> None:
     tenants = table(max_tenants=1000, establish=2)
     for k in range(1_000_000):  # every key seen once: all newcomers, a thousand remembered
@@ -436,6 +439,7 @@ def test_a_failing_tenant_function_makes_a_newcomer() -> None:
     assert naming(Tenancy(key=boom).key)({"type": "http", "headers": [(b"x-api-key", b"a")]}) is None
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     demands=st.lists(st.floats(10.0, 300.0), min_size=1, max_size=4),
@@ -644,6 +648,7 @@ def test_tenants_waking_in_turn_are_admitted_within_the_one_bucket(tenants_: int
     assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     st.sampled_from([10.0, 100.0]),
@@ -850,6 +855,7 @@ def test_a_cut_between_reallocations_comes_out_of_the_pools_not_given_all_they_a
     assert cut(150.0) == pytest.approx({name: rate * 0.75 for name, rate in before.items()}, abs=1e-3)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0.01, 500), st.floats(0.1, 5), st.booleans()), min_size=1, max_size=8),
@@ -1381,6 +1387,7 @@ def test_a_tenant_asking_every_half_second_keeps_its_demand_through_the_first_re
     assert small is not None and small.awake and small.demand > 1.0
 
 
+@pytest.mark.slow
 def test_clients_who_gave_up_are_no_demand() -> None:
     """Places held by clients who never come back do not keep their pool's share: not a newcomers' flood's
     (that pool never expires), not an established tenant's herd's (before it idles out)."""
