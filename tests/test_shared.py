@@ -571,10 +571,12 @@ def test_stop_ends_a_lease_loop_that_swallowed_its_cancellation() -> None:
 
     class Swallowing(RedisBudget):
         swallowed = 0
+        leasing: asyncio.Event
 
         async def lease(self, now: float) -> bool:
+            self.leasing.set()
             try:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(60)
             except asyncio.CancelledError:  # what a lost cancellation looks like from the loop
                 self.swallowed += 1
                 if self.swallowed > 1:
@@ -584,10 +586,11 @@ def test_stop_ends_a_lease_loop_that_swallowed_its_cancellation() -> None:
     async def run() -> None:
         gate = Gate(100, Settings(burst=10), now=0.0)
         budget = Swallowing(f"redis://127.0.0.1:{free_port()}/0", timeout=0.2, lease_interval=0.1)
+        budget.leasing = asyncio.Event()
         budget.attach(gate, 100.0)
         budget.start()
-        await asyncio.sleep(0.01)  # in the first lease
-        await asyncio.wait_for(budget.stop(), 2.0)
+        await budget.leasing.wait()  # in the first lease
+        await asyncio.wait_for(budget.stop(), 30.0)  # (a stop that hangs never ends)
         assert budget.swallowed >= 1 and budget._task is not None and budget._task.done()
 
     asyncio.run(run())
@@ -785,8 +788,10 @@ def test_the_lease_loop_starts_with_the_app_and_stops_with_it(redis_server) -> N
 
         async def send(message):
             if message["type"] == "lifespan.startup.complete":
-                await asyncio.sleep(0.3)
-                assert gate.backend.round_trips >= 2  # leasing before any request
+                deadline = time.monotonic() + 30
+                while gate.backend.round_trips < 2:  # leasing before any request
+                    assert time.monotonic() < deadline, "no lease loop"
+                    await asyncio.sleep(0.05)
                 started.set()
 
         await gate({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
