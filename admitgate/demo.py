@@ -32,7 +32,7 @@ class Upstream:
         self.served = 0
         self.timeouts = 0
         self._slots: asyncio.Semaphore | None = None
-        self._withheld: list[asyncio.Task[None]] = []  # slots taken out of service by a shrink
+        self._owed = 0  # slots a shrink takes out of service as requests finish, before anyone waiting gets them
 
     @property
     def capacity(self) -> float:
@@ -40,17 +40,21 @@ class Upstream:
         return self.workers / self.service_time
 
     async def resize(self, workers: int) -> None:
-        """Serve with ``workers`` slots from now on: a shrink takes slots as they come free, a growth adds them."""
+        """Serve with ``workers`` slots from now on: a shrink takes free slots at once and busy ones as they
+        finish, ahead of the requests waiting for one (as the service loses workers, not places in its queue);
+        a growth adds them."""
         slots = self._semaphore()
         while workers > self.workers:
-            task = self._withheld.pop() if self._withheld else None
-            if task is None or (task.done() and not task.cancelled()):
-                slots.release()  # a new slot, or one a shrink had taken out of service
+            if self._owed:
+                self._owed -= 1  # a slot a shrink had yet to take: it stays in service
             else:
-                task.cancel()  # a shrink still waiting for a slot: stop waiting
+                slots.release()
             self.workers += 1
         while workers < self.workers:
-            self._withheld.append(asyncio.get_running_loop().create_task(slots.acquire()))  # type: ignore[arg-type]
+            if slots.locked():
+                self._owed += 1
+            else:
+                await slots.acquire()  # (a free slot: taken without waiting)
             self.workers -= 1
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -72,7 +76,10 @@ class Upstream:
             await asyncio.sleep(self.service_time)
         finally:
             self.busy -= 1
-            slots.release()
+            if self._owed:
+                self._owed -= 1
+            else:
+                slots.release()
         self.served += 1
         return True
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 
 import pytest
 
+from admitgate.demo import Upstream
 from admitgate.sim.summary import Attempt, HerdResult, summarise
 
 
@@ -72,3 +74,23 @@ def test_a_herd_across_tenants_sends_each_client_its_own_key(serve) -> None:
     herd = [key for path, key in seen if key is not None]
     assert sorted(set(herd)) == ["big-0", "big-1", "big-2"] and len(herd) == 30
     assert sum(key is None for _, key in seen) >= 3  # new arrivals, keyless
+
+
+def test_a_shrink_takes_workers_ahead_of_the_requests_waiting_for_one() -> None:
+    """Workers 4 -> 2 while 4 are busy and 8 wait: once the 4 finish, never more than 2 are busy, and everyone is
+    served (a shrink used to queue behind the waiting requests, so a cut took effect a queue timeout late)."""
+
+    async def scenario() -> tuple[int, int]:
+        up = Upstream(workers=4, service_time=0.01, queue_timeout=30.0)
+        tasks = [asyncio.ensure_future(up.serve()) for _ in range(12)]
+        while up.busy < 4:
+            await asyncio.sleep(0)
+        await up.resize(2)
+        most = 0
+        while not all(t.done() for t in tasks):
+            if up.served >= 4:
+                most = max(most, up.busy)
+            await asyncio.sleep(0)
+        return most, sum(t.result() for t in tasks)
+
+    assert asyncio.run(scenario()) == (2, 12)
