@@ -2,7 +2,8 @@
 
 Each client sends ``GET /work`` until it gets a 2xx, behaving as ``policy`` says on
 429/503: ``"obey"`` sleeps exactly Retry-After (as urllib3 and httpx-retries do) or,
-without one, a capped exponential backoff with full jitter; ``"ignore"`` retries
+without one, a capped exponential backoff with full jitter; ``"urllib3"`` sleeps as urllib3's
+``Retry`` does (:func:`urllib3_delay`) and keeps no cookies; ignorers retry
 every ``ignore_interval`` s. Meanwhile *new arrivals* come at ``background_rate``
 requests/s (Poisson) to the same ``/work``: ordinary clients, each on a new connection,
 each making one attempt (served only if that attempt succeeds), as steady traffic does.
@@ -47,6 +48,8 @@ async def run_herd(
     steps: Sequence[tuple[float, int]] = (),
     seed: int = 1,
     headers: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
+    policy: str = "obey",
+    ignorers_fresh: bool = False,
 ) -> HerdResult:
     """Release ``clients`` at once against ``base_url``; see the module docstring.
 
@@ -57,8 +60,11 @@ async def run_herd(
     to the demo service's ``/stats?workers=``. Several base URLs (replicas) share the herd in the
     proportions ``split`` (default: evenly); each client keeps to its own. ``headers``: sent with every
     herd request (a tenant's key, say), or a function of the client's index giving them (a herd across many
-    tenants); new arrivals send none.
+    tenants); new arrivals send none. ``policy``: ``"obey"`` or ``"urllib3"`` (see the module docstring).
+    ``ignorers_fresh``: each try of a client that ignores Retry-After is on a new connection without cookies.
     """
+    if policy not in ("obey", "urllib3"):
+        raise ValueError(f"unknown policy {policy!r}")
     rng = random.Random(seed)
     result = HerdResult(clients)
     bases = [base_url] if isinstance(base_url, str) else list(base_url)
@@ -67,9 +73,10 @@ async def run_herd(
     edges = list(itertools.accumulate(w / sum(weights) * clients for w in weights))
     home = [targets[min(bisect.bisect_right(edges, i), len(targets) - 1)] for i in range(clients)]
     host, port = targets[0]
-    pool = [Http1Client(*home[i], keep_alive=recognisable, cookies=recognisable,
-                        headers=headers(i) if callable(headers) else headers) for i in range(clients)]  # fmt: skip
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
+    kept = [recognisable and not (ignorers_fresh and i in ignorers) for i in range(clients)]
+    pool = [Http1Client(*home[i], keep_alive=kept[i], cookies=kept[i] and policy == "obey",
+                        headers=headers(i) if callable(headers) else headers) for i in range(clients)]  # fmt: skip
     release = time.monotonic() + warmup
     stop_at = release + deadline
 
@@ -87,6 +94,8 @@ async def run_herd(
             attempt += 1
             if index in ignorers:
                 delay = ignore_interval
+            elif policy == "urllib3":
+                delay = urllib3_delay(attempt, retry_after)
             elif retry_after is not None:
                 delay = float(retry_after)
             else:  # retry k (from 1) without a Retry-After: U(0, min(5, 0.1 * 2^k)), as the simulator models
@@ -128,6 +137,17 @@ async def run_herd(
         for c in pool:
             c.close()
     return result
+
+
+def urllib3_delay(retries: int, retry_after: int | None, factor: float = 0.1, most: float = 120.0) -> float:
+    """Seconds urllib3 (2.x, ``Retry.sleep``) waits before retry number ``retries`` + 1 of a request answered 429
+    or 503, with ``respect_retry_after_header=True`` and ``status_forcelist=(429, 503)``: a non-zero Retry-After
+    as told; else ``get_backoff_time``: 0 after the first failure, then ``factor * 2 ** (retries - 1)`` capped at
+    ``most`` (``backoff_max``; no jitter, urllib3's default). ``factor``: 0.1, the example of urllib3's docs
+    (its default, 0, retries at once)."""
+    if retry_after:
+        return float(retry_after)
+    return 0.0 if retries <= 1 else min(most, factor * 2 ** (retries - 1))
 
 
 def _server_args(args: argparse.Namespace) -> list[str]:

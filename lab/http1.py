@@ -26,10 +26,15 @@ class Http1Client:
         self._writer: asyncio.StreamWriter | None = None
         self._cookie = b""
 
-    async def get(self, path: str, timeout: float = 30.0) -> tuple[int, int | None]:
+    async def get(self, path: str, timeout: float = 30.0, timed_out: int = 0) -> tuple[int, int | None]:
+        """``timed_out``: the status returned when no response came within ``timeout`` seconds (the connection
+        is then closed, as a client that gives up does); 0, as for any transport error, unless told."""
         try:
             return await asyncio.wait_for(self._get(path), timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+        except asyncio.TimeoutError:
+            self.close()
+            return timed_out, None
+        except (OSError, asyncio.IncompleteReadError, ValueError):
             self.close()
             return 0, None
 

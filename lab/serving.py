@@ -58,9 +58,14 @@ def demo_process(args: Sequence[str] = (), *, cpu: int = 0, ready_timeout: float
             time.sleep(0.1)
         yield base, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server ``proc``ess and wait for it; kill it if it has not ended within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
