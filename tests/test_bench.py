@@ -147,3 +147,17 @@ def test_tenant_herd_smoke(gate: tuple[str, ...]) -> None:
         assert one["gate"] == "slowapi 190/second per key"
     else:
         assert one["tenants_on"] is True and "gate" not in one
+
+
+def test_matrix_smoke(tmp_path: Path) -> None:
+    """One closed-loop cell, two ways side by side: every figure and its verdict, merged into the results file."""
+    out = tmp_path / "matrix.json"
+    result = run(str(BENCH / "matrix.py"), "--cells", "io-4x20-q1/closed32", "--ways", "typed,bare", "--rounds", "1",
+                 "--out", str(out))  # fmt: skip
+    cell = result["cells"]["io-4x20-q1/closed32"]
+    assert set(cell["ways"]) == {"typed", "bare"} and cell["capacity"] == 200.0
+    typed = cell["ways"]["typed"]
+    assert typed["median"]["req_per_s"] > 0 and typed["median"]["req_ratio"] > 0
+    assert set(typed["met"]) == {"req_ratio", "p50_ratio", "paced", "rejected", "non_2xx"}
+    stored = json.loads(out.read_text())
+    assert stored["cells"]["io-4x20-q1/closed32"]["ran"]["rounds"] == 1

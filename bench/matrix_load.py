@@ -1,0 +1,171 @@
+"""The scenario matrix's server and load generators: a fresh uvicorn server per run (core 0), wrk for the closed
+loop, a Python open-loop Poisson generator and the herd driver (:func:`lab.herd.run_herd`) on core 1.
+
+Only 127.0.0.1 is targeted; every run is bounded (wrk by its duration, the open loop by its duration and the
+client timeout, a herd by its deadline) and its server is terminated whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from matrix_cells import TIMED_OUT  # noqa: E402
+from overhead import ready  # noqa: E402
+
+from admitgate.sim.summary import HerdResult  # noqa: E402
+from lab.herd import run_herd  # noqa: E402
+from lab.http1 import Http1Client  # noqa: E402
+from lab.serving import free_port, pin, stop  # noqa: E402
+
+HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1  # (linux/prctl.h)
+
+
+def _child() -> None:
+    """In the server's process before it starts: pinned to core 0, and ended if the matrix's process dies."""
+    pin(0)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def server(config: dict[str, Any], ready_timeout: float = 30.0) -> Iterator[tuple[str, int]]:
+    """Serve ``bench/matrix_app.py`` as ``config`` says, under uvicorn's defaults (one worker, its default loop
+    and HTTP implementation; no access log) on a free loopback port, pinned to core 0; yield (base URL, port)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADMITGATE_")}
+    env["MATRIX_SERVER"] = json.dumps(config)
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", "matrix_app:build", "--app-dir", str(HERE), "--host", HOST,
+           "--port", str(port), "--no-access-log", "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child)
+    base = f"http://{HOST}:{port}"
+    try:
+        ready(proc, base + "/stats", time.monotonic() + ready_timeout)
+        yield base, port
+    finally:
+        stop(proc)
+
+
+def stats(base: str, timeout: float = 30.0) -> dict[str, Any] | None:
+    """The server's counters (``/stats``), or None if it did not answer within ``timeout`` s (still busy with
+    what a load left it: the run's figures stand without them)."""
+    try:
+        return httpx.get(base + "/stats", timeout=timeout).json()
+    except httpx.HTTPError:
+        return None
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def closed_loop(url: str, duration: float, connections: int = 32) -> dict[str, Any]:
+    """One bounded wrk run (``-t1 -c{connections} --latency``, on core 1): requests/s, p50 and p99 (ms),
+    requests, non-2xx answers and socket errors."""
+    cores = ["taskset", "-c", "1"] if (os.cpu_count() or 1) > 1 else []
+    cmd = [*cores, "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30, check=True).stdout
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    p50, p99 = (re.search(rf"^\s+{q}%\s+(\S+)", out, re.M) for q in (50, 99))
+    if not (rate and total and p50 and p99):
+        raise RuntimeError(f"wrk output not understood:\n{out}")
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"req_per_s": float(rate.group(1)), "requests": int(total.group(1)), "p50_ms": round(_ms(p50.group(1)), 3),
+            "p99_ms": round(_ms(p99.group(1)), 3), "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+            "socket_errors": sum(map(int, errors.groups())) if errors else 0}  # fmt: skip
+
+
+@dataclass(slots=True)
+class Shot:
+    """One open-loop request: when it was due, sent and answered (seconds from the start), its status
+    (:data:`~matrix_cells.TIMED_OUT` if the client gave up, 0 on a transport error) and whether a Retry-After
+    came with it."""
+
+    due: float
+    sent: float
+    done: float
+    status: int
+    retry_after: bool
+
+
+async def _changes(port: int, start: float, steps: Sequence[tuple[float, int]]) -> None:
+    """Set the upstream's workers at each (seconds after ``start`` (loop time), workers) step."""
+    loop = asyncio.get_running_loop()
+    for at, workers in steps:
+        await asyncio.sleep(max(0.0, start + at - loop.time()))
+        await Http1Client(HOST, port, keep_alive=False).get(f"/stats?workers={workers}")
+
+
+async def open_loop(port: int, path: str, rate: float, duration: float, *, timeout: float = 1.0,
+                    steps: Sequence[tuple[float, int]] = (), seed: int = 1) -> list[Shot]:  # fmt: skip
+    """Poisson arrivals at ``rate``/s for ``duration`` s, each sent when it is due (never queued by the client) on
+    an idle keep-alive connection or a new one, abandoned (its connection closed) after ``timeout`` s."""
+    loop = asyncio.get_running_loop()
+    rng = random.Random(seed)
+    idle: list[Http1Client] = []
+    shots: list[Shot] = []
+    pending: set[asyncio.Task[None]] = set()
+    start = loop.time() + 0.05
+
+    async def fire(due: float) -> None:
+        sent = loop.time() - start
+        client = idle.pop() if idle else Http1Client(HOST, port, cookies=False)
+        status, retry_after = await client.get(path, timeout, timed_out=TIMED_OUT)
+        shots.append(Shot(due, sent, loop.time() - start, status, retry_after is not None))
+        idle.append(client)
+
+    changes = asyncio.ensure_future(_changes(port, start, steps))
+    due = rng.expovariate(rate)
+    try:
+        while due < duration:
+            await asyncio.sleep(max(0.0, start + due - loop.time()))
+            task = asyncio.ensure_future(fire(due))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            due += rng.expovariate(rate)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout + 5)
+    finally:
+        changes.cancel()
+        for task in pending:
+            task.cancel()
+        for client in idle:
+            client.close()
+    return shots
+
+
+async def herd(base: str, path: str, *, policy: str, new_rate: float, steps: Sequence[tuple[float, int]] = (),
+               clients: int = 2000, deadline: float = 60.0, seed: int = 1) -> HerdResult:  # fmt: skip
+    """2,000 clients released at once after a 6 s warm-up of new arrivals at ``new_rate``/s (one try each, a new
+    connection, no cookie). ``policy``: ``obey`` (Retry-After exactly; own keep-alive connection and cookies),
+    ``urllib3`` (urllib3's ``Retry``; keep-alive, no cookies) or ``ignore20`` (``obey``, but 20 % retry every
+    100 ms on fresh connections without cookies)."""
+    ignore = policy == "ignore20"
+    return await run_herd(base, clients, path=path, policy="obey" if ignore else policy, background_rate=new_rate,
+                          ignore_fraction=0.2 if ignore else 0.0, ignorers_fresh=ignore, ignore_interval=0.1,
+                          steps=steps, deadline=deadline, seed=seed)  # fmt: skip
