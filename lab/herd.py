@@ -140,11 +140,12 @@ async def run_herd(
 
 
 def urllib3_delay(retries: int, retry_after: int | None, factor: float = 0.1, most: float = 120.0) -> float:
-    """Seconds urllib3 (2.x, ``Retry.sleep``) waits before retry number ``retries`` + 1 of a request answered 429
-    or 503, with ``respect_retry_after_header=True`` and ``status_forcelist=(429, 503)``: a non-zero Retry-After
-    as told; else ``get_backoff_time``: 0 after the first failure, then ``factor * 2 ** (retries - 1)`` capped at
-    ``most`` (``backoff_max``; no jitter, urllib3's default). ``factor``: 0.1, the example of urllib3's docs
-    (its default, 0, retries at once)."""
+    """Seconds urllib3's ``Retry.sleep`` (urllib3 2.x, read in 2.7.0) waits before retry number ``retries`` + 1 of
+    a request answered 429 or 503, with ``respect_retry_after_header=True`` and ``status_forcelist=(429, 503)``: a
+    non-zero Retry-After as told; else ``get_backoff_time``: 0 after the first failure, then ``factor * 2 **
+    (retries - 1)`` capped at ``most`` (``backoff_max``; no jitter, urllib3's default). ``factor``: 0.1, the
+    example of urllib3's docs (its default, 0, retries at once). The herd's client never gives up, as with a
+    ``total`` larger than any run's tries (``total=10_000``)."""
     if retry_after:
         return float(retry_after)
     return 0.0 if retries <= 1 else min(most, factor * 2 ** (retries - 1))
