@@ -44,6 +44,7 @@ from matrix_cells import (  # noqa: E402
     Shape,
     closed_figures,
     closed_ratios,
+    generator_lag,
     herd_figures,
     median,
     open_figures,
@@ -99,10 +100,11 @@ def measure(cell: Cell, shape: Shape, way: str, capacity: float, seed: int, dead
                                    workers=shape.workers)  # fmt: skip
         else:
             new = cell.new_fraction * capacity
-            result = run_async(herd(base, shape.path, policy=cell.policy, new_rate=new, steps=cell.steps,
-                                    clients=CLIENTS, deadline=deadline, seed=seed), deadline + 40)  # fmt: skip
+            result, lags = run_async(herd(base, shape.path, policy=cell.policy, new_rate=new, steps=cell.steps,
+                                          clients=CLIENTS, deadline=deadline, seed=seed), deadline + 40)  # fmt: skip
             figures = herd_figures(result, capacity=capacity, new_rate=new, steps=cell.steps, workers=shape.workers,
                                    service=shape.service)  # fmt: skip
+            figures.update(generator_lag(lags))
         counters = stats(base)
     if cell.load == "closed32":
         figures = closed_figures(figures, None if counters is None else counters["gate"])

@@ -22,6 +22,9 @@ TIMED_OUT = -1
 BAND = 0.15  #: "within ±15 % of the capacity"
 SHORT = 0.95  #: an open-loop cell is flagged when the generator offered less than this share of its target
 WINDOW = (3.0, 15.0)  #: the open loop's goodput window, seconds
+#: A herd's generator is flagged when its own timers fired later than this (p99, seconds): its clients' sleeps and
+#: the new arrivals' times were then off by as much, against Retry-After's whole seconds.
+LATE = 0.1
 
 
 @dataclass(frozen=True)
@@ -162,8 +165,9 @@ def capacity_at(initial: float, steps: Sequence[tuple[float, int]], workers: int
 def open_figures(shots: Sequence[Any], *, target: float, capacity: float, duration: float,
                  steps: Sequence[tuple[float, int]] = (), workers: int = 1) -> dict[str, Any]:  # fmt: skip
     """An open-loop run's figures from its records (each with ``due``, ``sent``, ``done``, ``status`` and
-    ``retry_after``, whether a Retry-After came). ``target``: the rate asked for; ``capacity``: the capacity at
-    the start; ``steps``: (seconds, workers) changes of the ``workers`` the run started with."""
+    ``retry_after``, whether a Retry-After came), per-second series among them (and the capacity in force).
+    ``target``: the rate asked for; ``capacity``: the capacity at the start; ``steps``: (seconds, workers) changes
+    of the ``workers`` the run started with."""
     lo, hi = WINDOW
     sent = [s for s in shots if s.sent < duration]
     ok = [s for s in shots if 200 <= s.status < 300]
@@ -188,10 +192,16 @@ def open_figures(shots: Sequence[Any], *, target: float, capacity: float, durati
         "errors": sum(1 for s in shots if s.status == 0), "server_5xx": len(fives),
         "server_5xx_after_1s": sum(1 for s in fives if s.sent >= 1.0),
         "non_2xx": len(shots) - len(ok),
-        "served_per_s": [per_second.get(k, 0) for k in range(math.ceil(duration) + 1)],
     }  # fmt: skip
+    span = range(math.ceil(duration) + 1)
+    for name, chosen, when in (("served_per_s", ok, "done"), ("sent_per_s", shots, "sent"),
+                               ("rejected_per_s", rejected, "done"),
+                               ("timeouts_per_s", [s for s in shots if s.status == TIMED_OUT], "sent")):  # fmt: skip
+        counts = Counter(int(getattr(s, when)) for s in chosen)
+        figures[name] = [counts.get(k, 0) for k in span]
     if steps:
         at = steps[-1][0]
+        figures["capacity_per_s"] = [capacity_at(capacity, steps, workers, k) for k in span]
         figures.update(settle(per_second, capacity_at(capacity, steps, workers, at), at, int(duration)))
     return figures
 
@@ -218,6 +228,7 @@ def herd_figures(result: HerdResult, *, capacity: float, new_rate: float, steps:
     if steps:
         at = steps[-1][0]
         now = capacity_at(capacity, steps, workers, at)
+        figures["capacity_per_s"] = [capacity_at(capacity, steps, workers, k) for k in range(last + 1)]
         end = backlog_end(result.finished.values(), result.clients, at, now - new_rate, last)
         figures.update(settle(per_second, now, at, end))
     return figures
@@ -232,6 +243,13 @@ def backlog_end(finished: Iterable[float], clients: int, start: float, headroom:
         if clients - bisect.bisect_left(done, k) < headroom:
             return k
     return last
+
+
+def generator_lag(lags: Sequence[float]) -> dict[str, Any]:
+    """The herd generator's own event loop lag (seconds, p99 and most) and whether it is flagged (:data:`LATE`)."""
+    p99 = _pct(lags, 0.99)
+    return {"loop_lag_p99_s": _r(p99), "loop_lag_max_s": _r(max(lags, default=None)),
+            "generator_short": p99 is not None and p99 > LATE}  # fmt: skip
 
 
 def closed_figures(wrk: Mapping[str, Any], gate: Mapping[str, Any] | None) -> dict[str, Any]:

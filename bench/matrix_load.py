@@ -160,12 +160,30 @@ async def open_loop(port: int, path: str, rate: float, duration: float, *, timeo
 
 
 async def herd(base: str, path: str, *, policy: str, new_rate: float, steps: Sequence[tuple[float, int]] = (),
-               clients: int = 2000, deadline: float = 60.0, seed: int = 1) -> HerdResult:  # fmt: skip
+               clients: int = 2000, deadline: float = 60.0,
+               seed: int = 1) -> tuple[HerdResult, list[float]]:  # fmt: skip
     """2,000 clients released at once after a 6 s warm-up of new arrivals at ``new_rate``/s (one try each, a new
     connection, no cookie). ``policy``: ``obey`` (Retry-After exactly; own keep-alive connection and cookies),
     ``urllib3`` (urllib3's ``Retry``; keep-alive, no cookies) or ``ignore20`` (``obey``, but 20 % retry every
-    100 ms on fresh connections without cookies)."""
+    100 ms on fresh connections without cookies). Returns the herd's records and how late a 10 ms timer of the
+    generator fired, again and again while it ran (seconds: its own event loop's lag)."""
     ignore = policy == "ignore20"
-    return await run_herd(base, clients, path=path, policy="obey" if ignore else policy, background_rate=new_rate,
-                          ignore_fraction=0.2 if ignore else 0.0, ignorers_fresh=ignore, ignore_interval=0.1,
-                          steps=steps, deadline=deadline, seed=seed)  # fmt: skip
+    lags: list[float] = []
+    monitor = asyncio.ensure_future(_lag(lags))
+    try:
+        result = await run_herd(base, clients, path=path, policy="obey" if ignore else policy,
+                                background_rate=new_rate, ignore_fraction=0.2 if ignore else 0.0,
+                                ignorers_fresh=ignore, ignore_interval=0.1, steps=steps, deadline=deadline,
+                                seed=seed)  # fmt: skip
+    finally:
+        monitor.cancel()
+    return result, lags
+
+
+async def _lag(samples: list[float], period: float = 0.01) -> None:
+    """Append how late each of a series of ``period`` s timers fired (seconds) until cancelled."""
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(period)
+        samples.append(loop.time() - before - period)

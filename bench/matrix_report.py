@@ -21,14 +21,15 @@ LABELS = {
     "new_served": "new served 1st try", "server_5xx": "5xx", "server_5xx_outside_cut": "5xx outside a cut's second",
     "server_5xx_cut_second": "5xx sent in a cut's second", "edge_peak_to_avg": "edge peak/avg",
     "attempts": "herd tries", "settle_s": "settle, s", "worst_after_settle": "worst second after ÷ C",
-    "lowest_after_step": "lowest second after step ÷ C",
+    "lowest_after_step": "lowest second after step ÷ C", "loop_lag_p99_s": "generator's timers late by, p99 s",
 }  # fmt: skip
 #: Figures shown per kind of load (and after a change); a figure with a target is shown whether listed or not.
 ROWS: dict[str, list[str]] = {
     "closed32": ["req_per_s", "req_ratio", "p50_ms", "p50_ratio", "p99_ms", "paced", "rejected", "non_2xx"],
     "open": ["offered_ratio", "lag_p99_s", "goodput_window", "goodput_ratio", "served_share_window", "ok_p50_s",
              "ok_p99_s", "timeout_share", "rejected_429", "no_retry_after", "server_5xx_after_1s", "non_2xx"],
-    "herd": ["drain_vs_bound", "drain_s", "new_served", "server_5xx", "edge_peak_to_avg", "attempts"],
+    "herd": ["drain_vs_bound", "drain_s", "new_served", "server_5xx", "edge_peak_to_avg", "attempts",
+             "loop_lag_p99_s"],
     "event": ["settle_s", "worst_after_settle", "lowest_after_step"],
 }  # fmt: skip
 #: The simulator's figures shown beside a cell.
@@ -41,7 +42,7 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) < 100 else f"{value:.0f}"
     return str(value)
 
 
@@ -71,10 +72,11 @@ def _rows(cell_id: str, cell: dict[str, Any], ways: list[str]) -> list[str]:
     keys = ROWS.get(load, []) + (ROWS["event"] if cell.get("event") else [])
     targeted = _targets(cell["ways"])
     keys += [k for k in targeted if k not in keys]
-    default = cell["ways"].get("default", {}).get("median", {})
     head = f"**{cell_id}** (C {cell['capacity']:g}/s)"
-    if default.get("offered_short") or any(w["median"].get("offered_short") for w in cell["ways"].values()):
+    if any(w["median"].get("offered_short") for w in cell["ways"].values()):
         head += " ⚠ the generator offered < 95 % of the rate asked"
+    if any(w["median"].get("generator_short") for w in cell["ways"].values()):
+        head += " ⚠ the generator's timers ran > 0.1 s late (p99)"
     errors = sum(1 for w in cell["ways"].values() for r in w["runs"] if r.get("error"))
     if errors:
         head += f" ⚠ {errors} run(s) failed"
@@ -83,8 +85,9 @@ def _rows(cell_id: str, cell: dict[str, Any], ways: list[str]) -> list[str]:
         row = [head if i == 0 else "", LABELS.get(key, key), targeted.get(key, "")]
         row += [_figure(cell["ways"].get(w), key) for w in ways]
         lines.append("| " + " | ".join(row) + " |")
-    for key in SIMULATED if cell.get("simulated") else []:
-        sim, label = cell["simulated"], "simulated: " + LABELS[key]
+    sim = cell.get("simulated") or {}
+    for key in [k for k in SIMULATED if any(figures.get(k) is not None for figures in sim.values())]:
+        label = "simulated: " + LABELS[key]
         lines.append("| " + " | ".join(["", label, "", *(_value(sim.get(w, {}).get(key)) for w in ways)]) + " |")
     return lines
 

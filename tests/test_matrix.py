@@ -19,6 +19,7 @@ from bench.matrix_cells import (
     capacity_at,
     closed_figures,
     closed_ratios,
+    generator_lag,
     herd_figures,
     median,
     open_figures,
@@ -63,6 +64,8 @@ def test_open_figures_window_offered_rate_and_verdict_inputs() -> None:
     assert f["server_5xx"] == 2 and f["server_5xx_after_1s"] == 1 and f["non_2xx"] == 6
     assert f["ok_p50_s"] == 0.05 and f["ok_p99_s"] == 0.05  # the 200s' own latency: 120 of 0.05 s, one of 0.3 s
     assert f["served_per_s"][3] == 11 and sum(f["served_per_s"]) == 121
+    assert f["sent_per_s"][:3] == [1, 1, 1] and sum(f["sent_per_s"]) == 127  # (the one sent at 2.9 s in second 2)
+    assert f["rejected_per_s"][5] == 2 and f["timeouts_per_s"][6] == 1 and "capacity_per_s" not in f
     assert open_figures([shot(t / 20, t / 20 + 0.01) for t in range(290)], target=20.0, capacity=20.0,
                         duration=15.0)["offered_short"] is False  # 290 sent in 15 s: 0.967 of 20/s  # fmt: skip
 
@@ -71,6 +74,7 @@ def test_open_figures_settle_against_the_capacity_after_the_last_step() -> None:
     shots = [shot(k + 0.5, k + 0.5 + j / 1000) for k in range(15) for j in range(200 if k < 7 else 95)]
     f = open_figures(shots, target=400.0, capacity=200.0, duration=15.0, steps=((7.0, 10),), workers=20)
     assert f["settle_s"] == 0.0 and f["worst_after_settle"] == 0.95  # 95 a second against the new 100
+    assert f["capacity_per_s"][6:8] == [200.0, 100.0]
 
 
 def herd(attempts: list[Attempt], finished: dict[int, float], clients: int) -> HerdResult:
@@ -103,6 +107,13 @@ def test_closed_figures_take_the_gates_holds_and_ratios_are_to_bare_in_the_same_
     assert closed_figures(wrk, None)["paced"] is None  # counters not read: no figure, so no target met
     assert closed_ratios(f, {"req_per_s": 1000.0, "p50_ms": 1.0}) == {"req_ratio": 0.95, "p50_ratio": 1.3}
     assert closed_ratios(f, {})["req_ratio"] is None
+
+
+def test_a_herd_generator_whose_timers_ran_late_is_flagged() -> None:
+    assert generator_lag([0.001] * 98 + [0.2, 0.3]) == {"loop_lag_p99_s": 0.2, "loop_lag_max_s": 0.3,
+                                                       "generator_short": True}  # fmt: skip
+    assert generator_lag([0.001] * 99 + [0.5])["generator_short"] is False  # one late timer in a hundred
+    assert generator_lag([])["generator_short"] is False
 
 
 def test_medians_over_rounds_skip_missing_figures_and_a_flag_raised_once_stays_raised() -> None:
