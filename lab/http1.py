@@ -13,10 +13,11 @@ class Http1Client:
 
     One connection, kept alive when ``keep_alive``; echoes the gate's retry cookie when
     ``cookies``; sends ``headers`` (name -> value) with every request. Returns (status, Retry-After or
-    None); status 0 on any transport error.
+    None); status 0 on any transport error. ``written``: the event loop's time at which the last request was
+    handed to its connection (after any connect), None until one was.
     """
 
-    __slots__ = ("_cookie", "_extra", "_reader", "_writer", "cookies", "host", "keep_alive", "port")
+    __slots__ = ("_cookie", "_extra", "_reader", "_writer", "cookies", "host", "keep_alive", "port", "written")
 
     def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True,
                  headers: dict[str, str] | None = None) -> None:  # fmt: skip
@@ -25,6 +26,12 @@ class Http1Client:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._cookie = b""
+        self.written: float | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (the next request then goes on it)."""
+        return self._writer is not None
 
     async def get(self, path: str, timeout: float = 30.0, timed_out: int = 0) -> tuple[int, int | None]:
         """``timed_out``: the status returned when no response came within ``timeout`` seconds (the connection
@@ -59,6 +66,7 @@ class Http1Client:
         if not self.keep_alive:
             head += b"Connection: close\r\n"
         writer.write(head + b"\r\n")
+        self.written = asyncio.get_running_loop().time()
         status = int((await reader.readline()).split(b" ", 2)[1])
         length, retry_after, close = 0, None, not self.keep_alive
         while True:
