@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from matrix_cells import (  # noqa: E402
     CELLS,
+    OPEN_LATE,
     QUICK,
     QUICK_ROUNDS,
     SHAPES,
@@ -90,14 +91,16 @@ def measure(cell: Cell, shape: Shape, way: str, capacity: float, seed: int, dead
     """One run of ``cell`` served ``way``: a fresh server, the cell's load, its figures and the server's counters."""
     config = {**shape.server(), "way": way, "rate": capacity}
     with server(config) as (base, port):
+        lags: list[float]
         if cell.load == "closed32":
             figures = closed_loop(base + shape.path, CLOSED_S, 32)
         elif cell.load == "open":
-            target = cell.multiple * capacity
+            target, lags = cell.multiple * capacity, []
             shots = run_async(open_loop(port, shape.path, target, OPEN_S, timeout=TIMEOUT_S, steps=cell.steps,
-                                        seed=seed), OPEN_S + TIMEOUT_S + 30)  # fmt: skip
+                                        seed=seed, lags=lags), OPEN_S + TIMEOUT_S + 30)  # fmt: skip
             figures = open_figures(shots, target=target, capacity=capacity, duration=OPEN_S, steps=cell.steps,
                                    workers=shape.workers)  # fmt: skip
+            figures.update(generator_lag(lags, OPEN_LATE))
         else:
             new = cell.new_fraction * capacity
             result, lags = run_async(herd(base, shape.path, policy=cell.policy, new_rate=new, steps=cell.steps,

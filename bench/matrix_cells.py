@@ -25,6 +25,9 @@ WINDOW = (3.0, 15.0)  #: the open loop's goodput window, seconds
 #: A herd's generator is flagged when its own timers fired later than this (p99, seconds): its clients' sleeps and
 #: the new arrivals' times were then off by as much, against Retry-After's whole seconds.
 LATE = 0.1
+#: The open loop's generator is flagged when its own timers fired later than this (p99, seconds): its sends and
+#: its reading of answers were then late by a tenth of the 0.25 s latency target.
+OPEN_LATE = 0.025
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ def open_figures(shots: Sequence[Any], *, target: float, capacity: float, durati
     fives = [s for s in shots if s.status >= 500]
     timeouts = sum(1 for s in shots if s.status == TIMED_OUT)
     offered = len(sent) / duration
+    fresh = [s for s in shots if s.fresh]
+    connects = [s.written - s.sent for s in fresh if s.written is not None]
     per_second = Counter(int(s.done) for s in ok)
     figures: dict[str, Any] = {
         "requests": len(shots), "offered_per_s": _r(offered, 1), "offered_ratio": _r(offered / target),
@@ -192,11 +197,14 @@ def open_figures(shots: Sequence[Any], *, target: float, capacity: float, durati
         "errors": sum(1 for s in shots if s.status == 0), "server_5xx": len(fives),
         "server_5xx_after_1s": sum(1 for s in fives if s.sent >= 1.0),
         "non_2xx": len(shots) - len(ok),
+        "fresh_connections": len(fresh), "connect_p50_s": _r(_pct(connects, 0.5), 4),
+        "connect_p99_s": _r(_pct(connects, 0.99), 4), "unconnected": sum(1 for s in fresh if s.written is None),
     }  # fmt: skip
     span = range(math.ceil(duration) + 1)
     for name, chosen, when in (("served_per_s", ok, "done"), ("sent_per_s", shots, "sent"),
                                ("rejected_per_s", rejected, "done"),
-                               ("timeouts_per_s", [s for s in shots if s.status == TIMED_OUT], "sent")):  # fmt: skip
+                               ("timeouts_per_s", [s for s in shots if s.status == TIMED_OUT], "sent"),
+                               ("fresh_per_s", fresh, "sent")):  # fmt: skip
         counts = Counter(int(getattr(s, when)) for s in chosen)
         figures[name] = [counts.get(k, 0) for k in span]
     if steps:
@@ -245,11 +253,11 @@ def backlog_end(finished: Iterable[float], clients: int, start: float, headroom:
     return last
 
 
-def generator_lag(lags: Sequence[float]) -> dict[str, Any]:
-    """The herd generator's own event loop lag (seconds, p99 and most) and whether it is flagged (:data:`LATE`)."""
+def generator_lag(lags: Sequence[float], late: float = LATE) -> dict[str, Any]:
+    """A generator's own event loop lag (seconds, p99 and most) and whether it is flagged (p99 over ``late``)."""
     p99 = _pct(lags, 0.99)
-    return {"loop_lag_p99_s": _r(p99), "loop_lag_max_s": _r(max(lags, default=None)),
-            "generator_short": p99 is not None and p99 > LATE}  # fmt: skip
+    return {"loop_lag_p99_s": _r(p99, 4), "loop_lag_max_s": _r(max(lags, default=None)), "loop_lag_bound_s": late,
+            "generator_short": p99 is not None and p99 > late}  # fmt: skip
 
 
 def closed_figures(wrk: Mapping[str, Any], gate: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -102,15 +102,18 @@ def closed_loop(url: str, duration: float, connections: int = 32) -> dict[str, A
 
 @dataclass(slots=True)
 class Shot:
-    """One open-loop request: when it was due, sent and answered (seconds from the start), its status
-    (:data:`~matrix_cells.TIMED_OUT` if the client gave up, 0 on a transport error) and whether a Retry-After
-    came with it."""
+    """One open-loop request: when it was due, sent (issued) and answered (seconds from the start), its status
+    (:data:`~matrix_cells.TIMED_OUT` if the client gave up, 0 on a transport error), whether a Retry-After
+    came with it, whether it opened a connection of its own (``fresh``) and when its request was written to
+    the connection (after any connect; None if no connection was established before it gave up)."""
 
     due: float
     sent: float
     done: float
     status: int
     retry_after: bool
+    fresh: bool
+    written: float | None
 
 
 async def _changes(port: int, start: float, steps: Sequence[tuple[float, int]]) -> None:
@@ -122,9 +125,12 @@ async def _changes(port: int, start: float, steps: Sequence[tuple[float, int]]) 
 
 
 async def open_loop(port: int, path: str, rate: float, duration: float, *, timeout: float = 1.0,
-                    steps: Sequence[tuple[float, int]] = (), seed: int = 1) -> list[Shot]:  # fmt: skip
+                    steps: Sequence[tuple[float, int]] = (), seed: int = 1,
+                    lags: list[float] | None = None) -> list[Shot]:  # fmt: skip
     """Poisson arrivals at ``rate``/s for ``duration`` s, each sent when it is due (never queued by the client) on
-    an idle keep-alive connection or a new one, abandoned (its connection closed) after ``timeout`` s."""
+    an idle keep-alive connection or a new one, abandoned (its connection closed, as HTTP clients do) after
+    ``timeout`` s. ``lags``, if given, receives how late a 10 ms timer of the generator fired, again and again
+    while it ran (seconds: its own event loop's lag)."""
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
     idle: list[Http1Client] = []
@@ -135,11 +141,15 @@ async def open_loop(port: int, path: str, rate: float, duration: float, *, timeo
     async def fire(due: float) -> None:
         sent = loop.time() - start
         client = idle.pop() if idle else Http1Client(HOST, port, cookies=False)
+        fresh, client.written = not client.connected, None
         status, retry_after = await client.get(path, timeout, timed_out=TIMED_OUT)
-        shots.append(Shot(due, sent, loop.time() - start, status, retry_after is not None))
-        idle.append(client)
+        written = None if client.written is None else client.written - start
+        shots.append(Shot(due, sent, loop.time() - start, status, retry_after is not None, fresh, written))
+        if client.connected:  # (one that gave up closed its connection: the next arrival opens its own)
+            idle.append(client)
 
     changes = asyncio.ensure_future(_changes(port, start, steps))
+    monitor = asyncio.ensure_future(_lag(lags if lags is not None else []))
     due = rng.expovariate(rate)
     try:
         while due < duration:
@@ -152,6 +162,7 @@ async def open_loop(port: int, path: str, rate: float, duration: float, *, timeo
             await asyncio.wait(pending, timeout=timeout + 5)
     finally:
         changes.cancel()
+        monitor.cancel()
         for task in pending:
             task.cancel()
         for client in idle:

@@ -28,10 +28,14 @@ from bench.matrix_cells import (
 )
 from lab.herd import urllib3_delay
 
+KEPT = -2.0  # (``written`` of a shot whose request went on a connection already open: as soon as sent)
 
-def shot(sent: float, done: float, status: int = 200, retry_after: bool = False, due: float | None = None):
+
+def shot(sent: float, done: float, status: int = 200, retry_after: bool = False, due: float | None = None,
+         fresh: bool = False, written: float | None = KEPT):  # fmt: skip
     return SimpleNamespace(due=sent if due is None else due, sent=sent, done=done, status=status,
-                           retry_after=retry_after)  # fmt: skip
+                           retry_after=retry_after, fresh=fresh,
+                           written=sent if written == KEPT else written)  # fmt: skip
 
 
 def test_settle_is_the_first_second_from_which_every_second_stays_within_15_percent() -> None:
@@ -68,6 +72,18 @@ def test_open_figures_window_offered_rate_and_verdict_inputs() -> None:
     assert f["rejected_per_s"][5] == 2 and f["timeouts_per_s"][6] == 1 and "capacity_per_s" not in f
     assert open_figures([shot(t / 20, t / 20 + 0.01) for t in range(290)], target=20.0, capacity=20.0,
                         duration=15.0)["offered_short"] is False  # 290 sent in 15 s: 0.967 of 20/s  # fmt: skip
+
+
+def test_open_figures_time_the_connects_of_fresh_connections_and_count_those_never_established() -> None:
+    shots = [shot(3.0 + i / 100, 3.1 + i / 100) for i in range(96)]  # on kept connections: no connect
+    shots += [shot(4.0, 4.2, fresh=True, written=4.0005), shot(4.1, 4.3, fresh=True, written=4.1015)]
+    shots += [shot(5.0, 6.0, TIMED_OUT, fresh=True, written=None), shot(5.5, 6.5, TIMED_OUT, fresh=True,
+                                                                        written=5.9)]  # fmt: skip
+    f = open_figures(shots, target=10.0, capacity=10.0, duration=15.0)
+    assert f["fresh_connections"] == 4 and f["unconnected"] == 1  # one gave up before its connection was made
+    assert f["connect_p50_s"] == 0.0015 and f["connect_p99_s"] == 0.4  # of 0.0005, 0.0015 and 0.4 s
+    assert f["fresh_per_s"][4:6] == [2, 2] and sum(f["fresh_per_s"]) == 4
+    assert open_figures(shots[:96], target=10.0, capacity=10.0, duration=15.0)["connect_p99_s"] is None
 
 
 def test_open_figures_settle_against_the_capacity_after_the_last_step() -> None:
@@ -109,11 +125,14 @@ def test_closed_figures_take_the_gates_holds_and_ratios_are_to_bare_in_the_same_
     assert closed_ratios(f, {})["req_ratio"] is None
 
 
-def test_a_herd_generator_whose_timers_ran_late_is_flagged() -> None:
+def test_a_generator_whose_timers_ran_late_is_flagged() -> None:
     assert generator_lag([0.001] * 98 + [0.2, 0.3]) == {"loop_lag_p99_s": 0.2, "loop_lag_max_s": 0.3,
-                                                       "generator_short": True}  # fmt: skip
+                                                       "loop_lag_bound_s": 0.1, "generator_short": True}  # fmt: skip
     assert generator_lag([0.001] * 99 + [0.5])["generator_short"] is False  # one late timer in a hundred
     assert generator_lag([])["generator_short"] is False
+    open_loop = generator_lag([0.001] * 98 + [0.03, 0.03], late=0.025)  # the open loop's tighter bound
+    assert open_loop["generator_short"] is True and open_loop["loop_lag_bound_s"] == 0.025
+    assert generator_lag([0.001] * 98 + [0.03, 0.03])["generator_short"] is False
 
 
 def test_medians_over_rounds_skip_missing_figures_and_a_flag_raised_once_stays_raised() -> None:
