@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ from matrix_cells import (  # noqa: E402
     open_figures,
     targets,
 )
-from matrix_load import closed_loop, herd, open_loop, server, stats  # noqa: E402
+from matrix_load import closed_loop, herd, open_loop, run_async, server, stats  # noqa: E402
 from matrix_report import save, table  # noqa: E402
 
 from lab.serving import pin  # noqa: E402
@@ -59,16 +58,6 @@ from lab.serving import pin  # noqa: E402
 WAYS = ("default", "typed", "bare")
 CLOSED_S, OPEN_S, TIMEOUT_S, CLIENTS = 10.0, 15.0, 1.0, 2000
 CALIBRATE_S, CALIBRATIONS = 5.0, 3
-
-
-def run_async(coroutine: Coroutine[Any, Any, Any], bound: float) -> Any:
-    """Run ``coroutine`` on a fresh event loop (uvloop where installed), cancelled after ``bound`` seconds."""
-    bounded = asyncio.wait_for(coroutine, bound)
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(bounded)
-    return uvloop.run(bounded)
 
 
 def capacity_of(shape: Shape, calibrated: dict[str, Any]) -> float:
