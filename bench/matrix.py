@@ -49,8 +49,17 @@ from matrix_cells import (  # noqa: E402
     median,
     open_figures,
     targets,
+    usage_figures,
 )
-from matrix_load import closed_loop, herd, open_loop, run_async, server, stats  # noqa: E402
+from matrix_load import (  # noqa: E402
+    closed_loop,
+    cpu_and_wait,
+    herd,
+    open_loop,
+    run_async,
+    server,
+    stats,
+)
 from matrix_report import save, table  # noqa: E402
 
 from lab.serving import pin  # noqa: E402
@@ -69,7 +78,7 @@ def calibrate(shapes: list[Shape]) -> dict[str, Any]:
     """Each CPU shape's capacity: bare, closed loop of 32 connections, :data:`CALIBRATE_S` s, median of 3."""
     out: dict[str, Any] = {}
     for shape in shapes:
-        with server({**shape.server(), "way": "bare"}) as (base, _):
+        with server({**shape.server(), "way": "bare"}) as (base, _, _):
             closed_loop(base + shape.path, 1, 32)  # the process's first requests (imports, caches) left out
             runs = [closed_loop(base + shape.path, CALIBRATE_S, 32)["req_per_s"] for _ in range(CALIBRATIONS)]
         out[shape.id] = {"capacity": round(statistics.median(runs), 1), "runs": runs}
@@ -77,9 +86,12 @@ def calibrate(shapes: list[Shape]) -> dict[str, Any]:
 
 
 def measure(cell: Cell, shape: Shape, way: str, capacity: float, seed: int, deadline: float) -> dict[str, Any]:
-    """One run of ``cell`` served ``way``: a fresh server, the cell's load, its figures and the server's counters."""
+    """One run of ``cell`` served ``way``: a fresh server, the cell's load, its figures (with the server's and,
+    but for wrk, the generator's time on and waiting for a core) and the server's counters."""
     config = {**shape.server(), "way": way, "rate": capacity}
-    with server(config) as (base, port):
+    with server(config) as (base, port, pid):
+        processes = {"server": pid} if cell.load == "closed32" else {"server": pid, "generator": os.getpid()}
+        before, began = {k: cpu_and_wait(p) for k, p in processes.items()}, time.monotonic()
         lags: list[float]
         if cell.load == "closed32":
             figures = closed_loop(base + shape.path, CLOSED_S, 32)
@@ -97,6 +109,8 @@ def measure(cell: Cell, shape: Shape, way: str, capacity: float, seed: int, dead
             figures = herd_figures(result, capacity=capacity, new_rate=new, steps=cell.steps, workers=shape.workers,
                                    service=shape.service)  # fmt: skip
             figures.update(generator_lag(lags))
+        figures.update(usage_figures(before, {k: cpu_and_wait(p) for k, p in processes.items()},
+                                     time.monotonic() - began))  # fmt: skip
         counters = stats(base)
     if cell.load == "closed32":
         figures = closed_figures(figures, None if counters is None else counters["gate"])

@@ -28,6 +28,9 @@ LATE = 0.1
 #: The open loop's generator is flagged when its own timers fired later than this (p99, seconds): its sends and
 #: its reading of answers were then late by a tenth of the 0.25 s latency target.
 OPEN_LATE = 0.025
+#: A run is flagged when the server or the generator waited, runnable, for its core longer than this share of
+#: the load's wall time: other work on the machine then took the time the figures charge to the server.
+WAITED = 0.1
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,22 @@ def generator_lag(lags: Sequence[float], late: float = LATE) -> dict[str, Any]:
     p99 = _pct(lags, 0.99)
     return {"loop_lag_p99_s": _r(p99, 4), "loop_lag_max_s": _r(max(lags, default=None)), "loop_lag_bound_s": late,
             "generator_short": p99 is not None and p99 > late}  # fmt: skip
+
+
+def usage_figures(before: Mapping[str, tuple[float, float] | None], after: Mapping[str, tuple[float, float] | None],
+                  wall: float) -> dict[str, Any]:  # fmt: skip
+    """Each process's share of a load's ``wall`` seconds spent on a core (``<name>_cpu_share``) and waiting,
+    runnable, for one (``<name>_wait_share``), from (on-core s, waiting s) counters read ``before`` and ``after``
+    it (None where unread); ``contended`` when any waited more than :data:`WAITED` of it."""
+    out: dict[str, Any] = {}
+    for name, first in before.items():
+        last = after.get(name)
+        if first is None or last is None or wall <= 0:
+            continue
+        out[f"{name}_cpu_share"] = _r((last[0] - first[0]) / wall)
+        out[f"{name}_wait_share"] = _r((last[1] - first[1]) / wall)
+    out["contended"] = any(v > WAITED for k, v in out.items() if k.endswith("_wait_share"))
+    return out
 
 
 def closed_figures(wrk: Mapping[str, Any], gate: Mapping[str, Any] | None) -> dict[str, Any]:

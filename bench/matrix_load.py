@@ -48,6 +48,16 @@ def _child() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def cpu_and_wait(pid: int) -> tuple[float, float] | None:
+    """Seconds the main thread of process ``pid`` has run on a core and has waited, runnable, for one
+    (``/proc/<pid>/schedstat``); None where that cannot be read."""
+    try:
+        ran, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """No cyclic garbage collection while a load runs (one collection after it): with thousands of requests
@@ -76,9 +86,10 @@ def run_async(coroutine: Coroutine[Any, Any, Any], bound: float) -> Any:
 
 
 @contextlib.contextmanager
-def server(config: dict[str, Any], ready_timeout: float = 30.0) -> Iterator[tuple[str, int]]:
+def server(config: dict[str, Any], ready_timeout: float = 30.0) -> Iterator[tuple[str, int, int]]:
     """Serve ``bench/matrix_app.py`` as ``config`` says, under uvicorn's defaults (one worker, its default loop
-    and HTTP implementation; no access log) on a free loopback port, pinned to core 0; yield (base URL, port)."""
+    and HTTP implementation; no access log) on a free loopback port, pinned to core 0; yield (base URL, port,
+    the server's process id)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADMITGATE_")}
     env["MATRIX_SERVER"] = json.dumps(config)
@@ -88,7 +99,7 @@ def server(config: dict[str, Any], ready_timeout: float = 30.0) -> Iterator[tupl
     base = f"http://{HOST}:{port}"
     try:
         ready(proc, base + "/stats", time.monotonic() + ready_timeout)
-        yield base, port
+        yield base, port, proc.pid
     finally:
         stop(proc)
 

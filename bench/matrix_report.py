@@ -23,14 +23,16 @@ LABELS = {
     "attempts": "herd tries", "settle_s": "settle, s", "worst_after_settle": "worst second after ÷ C",
     "lowest_after_step": "lowest second after step ÷ C", "loop_lag_p99_s": "generator's timers late by, p99 s",
     "fresh_connections": "connections opened", "connect_p99_s": "connect, p99 s",
-    "unconnected": "gave up before connected",
+    "unconnected": "gave up before connected", "server_cpu_share": "server on its core ÷ run",
+    "server_wait_share": "server waiting for its core ÷ run", "generator_wait_share": "generator waiting ÷ run",
 }  # fmt: skip
 #: Figures shown per kind of load (and after a change); a figure with a target is shown whether listed or not.
 ROWS: dict[str, list[str]] = {
     "closed32": ["req_per_s", "req_ratio", "p50_ms", "p50_ratio", "p99_ms", "paced", "rejected", "non_2xx"],
     "open": ["offered_ratio", "lag_p99_s", "loop_lag_p99_s", "goodput_window", "goodput_ratio",
              "served_share_window", "ok_p50_s", "ok_p99_s", "timeout_share", "rejected_429", "no_retry_after",
-             "server_5xx_after_1s", "non_2xx", "fresh_connections", "connect_p99_s", "unconnected"],
+             "server_5xx_after_1s", "non_2xx", "fresh_connections", "connect_p99_s", "unconnected",
+             "server_cpu_share"],
     "herd": ["drain_vs_bound", "drain_s", "new_served", "server_5xx", "edge_peak_to_avg", "attempts",
              "loop_lag_p99_s"],
     "event": ["settle_s", "worst_after_settle", "lowest_after_step"],
@@ -81,6 +83,8 @@ def _rows(cell_id: str, cell: dict[str, Any], ways: list[str]) -> list[str]:
     late = [w["median"] for w in cell["ways"].values() if w["median"].get("generator_short")]
     if late:
         head += f" ⚠ the generator's timers ran > {late[0].get('loop_lag_bound_s', 0.1):g} s late (p99)"
+    if any(w["median"].get("contended") for w in cell["ways"].values()):
+        head += " ⚠ the server or the generator waited for its core > 10 % of the run (other work)"
     errors = sum(1 for w in cell["ways"].values() for r in w["runs"] if r.get("error"))
     if errors:
         head += f" ⚠ {errors} run(s) failed"

@@ -25,6 +25,7 @@ from bench.matrix_cells import (
     open_figures,
     settle,
     targets,
+    usage_figures,
 )
 from lab.herd import urllib3_delay
 
@@ -133,6 +134,17 @@ def test_a_generator_whose_timers_ran_late_is_flagged() -> None:
     open_loop = generator_lag([0.001] * 98 + [0.03, 0.03], late=0.025)  # the open loop's tighter bound
     assert open_loop["generator_short"] is True and open_loop["loop_lag_bound_s"] == 0.025
     assert generator_lag([0.001] * 98 + [0.03, 0.03])["generator_short"] is False
+
+
+def test_a_run_whose_server_or_generator_waited_for_a_core_is_flagged_contended() -> None:
+    before = {"server": (10.0, 1.0), "generator": (3.0, 0.5), "wrk": None}
+    after = {"server": (25.0, 1.5), "generator": (6.0, 0.8), "wrk": (1.0, 0.0)}
+    f = usage_figures(before, after, 15.0)  # (a process not read before: no figure)
+    assert f == {"server_cpu_share": 1.0, "server_wait_share": 0.033, "generator_cpu_share": 0.2,
+                 "generator_wait_share": 0.02, "contended": False}  # fmt: skip
+    waited = usage_figures(before, {**after, "server": (16.0, 4.0)}, 15.0)
+    assert waited["server_cpu_share"] == 0.4 and waited["server_wait_share"] == 0.2 and waited["contended"] is True
+    assert usage_figures({"server": None}, {"server": (1.0, 1.0)}, 15.0) == {"contended": False}
 
 
 def test_medians_over_rounds_skip_missing_figures_and_a_flag_raised_once_stays_raised() -> None:
