@@ -56,6 +56,7 @@ from matrix_load import (  # noqa: E402
     cpu_and_wait,
     herd,
     open_loop,
+    own_autogroup,
     run_async,
     server,
     stats,
@@ -187,6 +188,7 @@ def select(patterns: str | None, quick: bool, every: bool = False) -> list[Cell]
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
+    scheduler = own_autogroup()
     pin(1)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (so that the running server is terminated too)
     cells = select(args.cells, args.quick, args.all)
@@ -202,7 +204,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         for c in cells:
             judged[c.id]["simulated"] = simulated(c, SHAPES[c.shape])
     return {"rounds": rounds, "ways": ways, "calibration": calibrated, "cells": judged,
-            "wall_s": round(time.monotonic() - began, 1), "cores": os.cpu_count()}  # fmt: skip
+            "wall_s": round(time.monotonic() - began, 1), "cores": os.cpu_count(), "scheduler": scheduler}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -105,8 +105,11 @@ def table(result: dict[str, Any]) -> str:
     ran = {w for cell in result["cells"].values() for w in cell["ways"]}
     ways = [w for w in ("default", "typed", "metrics", "bare") if w in ran]
     cpu = ", ".join(f"{s} {c['capacity']:g}/s" for s, c in result["calibration"].items())
-    lines = [f"Medians of {result['rounds']} round(s); {result['cores']} cores; calibrated C: {cpu or '–'}; "
-             f"✓ target met, ✗ not; wall time {result['wall_s']:.0f} s", "",
+    sched = result.get("scheduler", {})
+    priority = (f"own scheduler autogroup at nice {sched['nice']}" if sched.get("applied")
+                else "no autogroup of its own" if sched.get("autogroup") else "no scheduler autogroups")  # fmt: skip
+    lines = [f"Medians of {result['rounds']} round(s); {result['cores']} cores; {priority}; calibrated C: "
+             f"{cpu or '–'}; ✓ target met, ✗ not; wall time {result['wall_s']:.0f} s", "",
              "| cell | figure | target | " + " | ".join(ways) + " |", "|" + "---|" * (3 + len(ways))]  # fmt: skip
     for cell_id, cell in result["cells"].items():
         lines += _rows(cell_id, cell, ways)
@@ -126,7 +129,7 @@ def save(result: dict[str, Any], path: Path) -> None:
     the commit and the machine's cores; cells this run did not run are kept as they were."""
     stored: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
-             "cores": result["cores"], "rounds": result["rounds"]}  # fmt: skip
+             "cores": result["cores"], "rounds": result["rounds"], "scheduler": result.get("scheduler")}  # fmt: skip
     stored.setdefault("cells", {}).update({k: {**v, "ran": stamp} for k, v in result["cells"].items()})
     stored.setdefault("calibration", {}).update({k: {**v, "ran": stamp} for k, v in result["calibration"].items()})
     stored["cells"] = dict(sorted(stored["cells"].items()))
