@@ -49,21 +49,18 @@ def _child() -> None:
 
 
 def own_autogroup() -> dict[str, Any]:
-    """Put this process (and the servers it will start) in a scheduler autogroup of its own, at its nice value;
-    returns what was done. With ``kernel.sched_autogroup_enabled`` the kernel shares a core between sessions
-    first, and a nice value only ranks processes within one session: ``nice -n -15`` alone leaves a benchmark
-    an equal share beside another session's busy process. A process group leader (as a shell starts a command)
-    cannot start a session, so it then forks: the child goes on, the parent waits for it (passing on SIGINT,
-    SIGTERM and SIGHUP) and exits with its status."""
+    """Go on in a scheduler autogroup of its own, at this process's nice value (the servers it starts inherit
+    it); returns what was done. With ``kernel.sched_autogroup_enabled`` the kernel shares a core between
+    sessions first, and a nice value only ranks processes within one session: ``nice -n -15`` alone leaves a
+    benchmark an equal share beside another session's busy process. Unless it already leads a session, the
+    process forks: the child starts a session and goes on (ended if the parent dies), the parent stays where
+    it was, passes SIGINT, SIGTERM and SIGHUP on to the child and exits with its status."""
     switch = Path("/proc/sys/kernel/sched_autogroup_enabled")
     if not switch.exists() or switch.read_text().strip() != "1":
         return {"autogroup": False}
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     if os.getsid(0) != os.getpid():
-        try:
-            os.setsid()
-        except PermissionError:
-            _lead_a_session_in_a_child()
+        _session_in_a_child()
     try:
         Path("/proc/self/autogroup").write_text(str(nice))
     except OSError as error:
@@ -71,14 +68,19 @@ def own_autogroup() -> dict[str, Any]:
     return {"autogroup": True, "nice": nice, "applied": True}
 
 
-def _lead_a_session_in_a_child() -> None:
-    """Fork; in the child start a new session (ended if the parent dies) and return; in the parent wait for the
-    child, passing signals on, and exit as it did."""
+def _session_in_a_child() -> None:
+    """Fork; in the child start a new session and return; in the parent wait for the child, passing signals
+    on, and exit as it did."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
     child = os.fork()
     if child == 0:
         os.setsid()
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # (the parent died before the line above could tie the child to it)
+            os._exit(1)
         return
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _frame: os.kill(child, number))
@@ -87,7 +89,8 @@ def _lead_a_session_in_a_child() -> None:
             _, status = os.waitpid(child, 0)
         except InterruptedError:
             continue
-        os._exit(os.waitstatus_to_exitcode(status))
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(code if code >= 0 else 128 - code)  # (a signal's number as a shell reports it)
 
 
 def cpu_and_wait(pid: int) -> tuple[float, float] | None:

@@ -149,6 +149,24 @@ def test_tenant_herd_smoke(gate: tuple[str, ...]) -> None:
         assert one["tenants_on"] is True and "gate" not in one
 
 
+def test_the_matrix_goes_on_in_a_scheduler_autogroup_of_its_own_at_its_nice_value() -> None:
+    """A process that does not lead a session forks; the child leads one, its autogroup at the process's nice
+    value; the parent passes the child's exit status on."""
+    code = ("import json, os, sys; sys.path.insert(0, 'bench'); from matrix_load import own_autogroup; "
+            "done = own_autogroup(); print(json.dumps({'done': done, 'leads': os.getsid(0) == os.getpid(), "
+            "'group': open('/proc/self/autogroup').read()})); sys.exit(3)")  # fmt: skip
+    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    out = subprocess.run(["nice", "-n", "5", sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=BENCH.parent)  # fmt: skip
+    assert out.returncode == 3, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1":
+        assert result["done"] == {"autogroup": True, "nice": nice, "applied": True}
+        assert result["leads"] and result["group"].endswith(f" nice {nice}\n")
+    else:
+        assert result["done"] == {"autogroup": False} and not result["leads"]
+
+
 def test_matrix_smoke(tmp_path: Path) -> None:
     """One closed-loop cell, two ways side by side: every figure and its verdict, merged into the results file."""
     out = tmp_path / "matrix.json"
@@ -161,3 +179,4 @@ def test_matrix_smoke(tmp_path: Path) -> None:
     assert set(typed["met"]) == {"req_ratio", "p50_ratio", "paced", "rejected", "non_2xx"}
     stored = json.loads(out.read_text())
     assert stored["cells"]["io-4x20-q1/closed32"]["ran"]["rounds"] == 1
+    assert stored["cells"]["io-4x20-q1/closed32"]["ran"]["scheduler"] == result["scheduler"]
