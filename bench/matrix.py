@@ -10,9 +10,9 @@ rate=C)`` with C the route's true capacity (the reference), ``bare`` no gate (th
 The server (``bench/matrix_app.py``, one uvicorn process on its defaults) is pinned to core 0, the load to core 1,
 loopback only. Figures are medians over rounds (a ratio to bare is taken within each round first), each printed
 beside its target; the table and every round's figures go to ``bench/results/matrix.json``, where a run of a few
-cells replaces those cells and keeps the others. The cells, targets and arithmetic: ``bench/matrix_cells.py``.
+cells replaces those cells and keeps the others. The cells, targets and arithmetic: ``lab/matrix_cells.py``.
 CPU capacity C is calibrated first (bare, wrk with 32 connections for 5 s, the median of 3). The default run
-leaves out the few cells in ``matrix_cells.SPARED`` so that its 3 rounds take about 2 hours; ``--all`` runs them.
+leaves out the few cells in ``lab.matrix_cells.SPARED`` so that its 3 rounds take about 2 hours; ``--all`` runs them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from matrix_cells import (  # noqa: E402
+from matrix_load import (  # noqa: E402
+    closed_loop,
+    cpu_and_wait,
+    herd,
+    open_loop,
+    own_autogroup,
+    run_async,
+    server,
+    stats,
+)
+from matrix_report import save, table  # noqa: E402
+
+from lab.matrix_cells import (  # noqa: E402
     CELLS,
     OPEN_LATE,
     QUICK,
@@ -51,18 +63,6 @@ from matrix_cells import (  # noqa: E402
     targets,
     usage_figures,
 )
-from matrix_load import (  # noqa: E402
-    closed_loop,
-    cpu_and_wait,
-    herd,
-    open_loop,
-    own_autogroup,
-    run_async,
-    server,
-    stats,
-)
-from matrix_report import save, table  # noqa: E402
-
 from lab.serving import pin  # noqa: E402
 
 WAYS = ("default", "typed", "bare")
@@ -175,7 +175,7 @@ def judge(cell: Cell, runs: dict[str, list[dict]], capacity: float) -> dict[str,
 
 def select(patterns: str | None, quick: bool, every: bool = False) -> list[Cell]:
     """The cells ``--cells`` (comma-separated globs over cell ids) or ``--quick`` names; by default all but
-    :data:`~matrix_cells.SPARED`, and those too with ``every``."""
+    :data:`~lab.matrix_cells.SPARED`, and those too with ``every``."""
     if patterns:
         chosen = [c for c in CELLS if any(fnmatch.fnmatch(c.id, p) for p in patterns.split(","))]
     elif quick:

@@ -29,12 +29,12 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from matrix_cells import TIMED_OUT  # noqa: E402
 from overhead import ready  # noqa: E402
 
 from admitgate.sim.summary import HerdResult  # noqa: E402
 from lab.herd import run_herd  # noqa: E402
 from lab.http1 import Http1Client  # noqa: E402
+from lab.matrix_cells import TIMED_OUT  # noqa: E402
 from lab.serving import free_port, pin, stop  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -187,7 +187,7 @@ def closed_loop(url: str, duration: float, connections: int = 32) -> dict[str, A
 @dataclass(slots=True)
 class Shot:
     """One open-loop request: when it was due, sent (issued) and answered (seconds from the start), its status
-    (:data:`~matrix_cells.TIMED_OUT` if the client gave up, 0 on a transport error), whether a Retry-After
+    (:data:`~lab.matrix_cells.TIMED_OUT` if the client gave up, 0 on a transport error), whether a Retry-After
     came with it, whether it opened a connection of its own (``fresh``) and when its request was written to
     the connection (after any connect; None if no connection was established before it gave up)."""
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from matrix_cells import Cell, Shape, median, settle
-
 from admitgate.core.gate import Gate
 from admitgate.limit.estimators import DEFAULT_ESTIMATOR, capacity_from_config
 from admitgate.sim.engine import simulate
 from admitgate.sim.scenario import scenario_from
+from lab.matrix_cells import Cell, Shape, median, settle
 
 SEEDS = (1, 2, 3)
 KEYS = ("drain_vs_bound", "new_served", "server_5xx", "edge_peak_to_avg", "settle_s")

@@ -1,4 +1,4 @@
-"""The scenario matrix's own arithmetic on synthetic records (bench/matrix_cells.py): no server, no clock."""
+"""The scenario matrix's own arithmetic on synthetic records (lab/matrix_cells.py): no server, no clock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from urllib3.util.retry import Retry
 
 from admitgate.sim.summary import Attempt, HerdResult
-from bench.matrix_cells import (
+from lab.herd import urllib3_delay
+from lab.matrix_cells import (
     CELLS,
     QUICK,
     SHAPES,
@@ -27,7 +28,6 @@ from bench.matrix_cells import (
     targets,
     usage_figures,
 )
-from lab.herd import urllib3_delay
 
 KEPT = -2.0  # (``written`` of a shot whose request went on a connection already open: as soon as sent)
 
