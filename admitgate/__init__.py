@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .asgi.headers import HeaderPolicy
     from .asgi.identity import Identity
     from .asgi.middleware import AdmitGate
-    from .asgi.quota import Quota
+    from .asgi.quota import Quota, limited
     from .backends.shared import RedisBudget
     from .config import load
     from .core.clock import ManualClock
@@ -58,6 +58,7 @@ _HOMES = {
     "Settings": "core.settings",
     "Static": "limit.static",
     "Tenancy": "core.tenants.policy",
+    "limited": "asgi.quota",
     "load": "config",
     "metrics_app": "metrics",
 }
@@ -102,6 +103,7 @@ __all__ = [
     "Static",
     "Tenancy",
     "__version__",
+    "limited",
     "load",
     "metrics_app",
 ]

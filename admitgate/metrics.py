@@ -415,10 +415,10 @@ def metrics_app(registry: CollectorRegistry | None = None) -> Any:
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-    return _ASGIApp(make_asgi_app(registry or REGISTRY))
+    return MetricsApp(make_asgi_app(registry or REGISTRY))
 
 
-class _ASGIApp:
+class MetricsApp:
     """An ASGI app as an instance, so Starlette's ``Route("/metrics", ...)`` serves it without a redirect."""
 
     def __init__(self, app: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 
 import anyio
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from admitgate import AdmitGate, ConfigError, HeaderPolicy, Identity, ManualClock, Quota, Settings
 from admitgate.asgi.quota import parse_limit
 from admitgate.config import load
-from admitgate.core.quota import QuotaLimiter, QuotaRate
+from admitgate.core.quota import QuotaLimiter, QuotaRate, digest, spread
 from tests.test_middleware import Recorder, call, http_scope
 
 
@@ -34,7 +35,7 @@ def test_the_limits_syntax_parses_to_requests_per_seconds() -> None:
     assert parse_limit("1000/day").window == 86_400.0
 
 
-@pytest.mark.parametrize("spec", ["lots", "", "100/fortnight", "0/minute", "10/second;100/minute", 100, None])
+@pytest.mark.parametrize("spec", ["lots", "", "100/fortnight", "0/minute", "10/second;20/second", 100, None])
 def test_a_bad_limit_is_a_config_error_naming_the_field(spec: object) -> None:
     with pytest.raises(ConfigError) as error:
         Quota(spec)  # type: ignore[arg-type]
@@ -147,17 +148,18 @@ async def test_a_key_over_quota_gets_the_gates_429_and_takes_no_token(clock: Man
     status, headers, body = await call(app, keyed("alice"))
     assert status == 429 and inner.calls == 3
     assert app.gate.pacer.tokens(clock()) == tokens  # refused before the gate: the headroom is untouched
-    assert headers["retry-after"] == "20"  # one interval, W/N = 60/3 s
+    told = int(headers["retry-after"])  # one interval, W/N = 60/3 s, and the key's place in the next one
+    assert 20 <= told <= 40 and told == math.ceil(spread(20.0, QuotaRate(3, 60.0), digest("alice")))
     assert app.quota_refused == 1  # metrics export it (admitgate_quota_refused_requests_total)
     assert headers["ratelimit-policy"] == '"quota";q=3;w=60'
-    assert headers["ratelimit"] == '"quota";r=0;t=20'
+    assert headers["ratelimit"] == f'"quota";r=0;t={told}'
     assert headers["cache-control"] == "no-store"
     problem = json.loads(body)
     assert problem["status"] == 429 and problem["violated-policies"] == ["quota"]
     assert "quota" in problem["detail"]
     clock.advance(19.5)
     status, headers, _ = await call(app, keyed("alice"))
-    assert status == 429 and headers["retry-after"] == "1"  # the wait rounded up, at least 1
+    assert status == 429 and int(headers["retry-after"]) == math.ceil(spread(0.5, QuotaRate(3, 60.0), digest("alice")))
     clock.advance(0.5)
     assert (await call(app, keyed("alice")))[0] == 200
     assert (await call(app, keyed("bob")))[0] == 200  # another key has its own quota

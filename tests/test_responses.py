@@ -15,7 +15,7 @@ from admitgate.metrics import RETRY_AFTER_BOUNDS
 async def test_a_rejection_is_sent_once_with_its_retry_after_and_counted_in_its_bucket() -> None:
     clock = ManualClock()
     gate = Gate(10.0, Settings())
-    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), gate, None, None, clock, clock,
+    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), gate, None, clock, clock,
                           1.5)  # fmt: skip
     sent: list[dict] = []
 
@@ -35,7 +35,7 @@ async def test_a_rejection_is_sent_once_with_its_retry_after_and_counted_in_its_
 
 @pytest.mark.anyio
 async def test_a_refused_handshake_is_an_http_response_where_the_server_can_send_one_else_close_1013() -> None:
-    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), Gate(10.0), None, None,
+    responder = Responder(HeaderPolicy(), AppCors(HeaderPolicy().exposed, object()), Gate(10.0), None,
                           ManualClock(), ManualClock(), 1.5)  # fmt: skip
     headers, body = responder.headers.rejection(3, 10.0)
     for extensions, expected in (({"websocket.http.response": {}}, "websocket.http.response.start"),

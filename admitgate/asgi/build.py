@@ -2,8 +2,9 @@
 
 :func:`build` checks every argument and makes the parts: the gate (a typed-in rate split among a server's
 workers, or a rate learnt live), the decider over it (the gate, or a tenants' table) and the function naming each
-request's tenant, the router, the quota and a shared budget. :func:`ticket_of` makes the retry ticket (the
-workers of one server share its secret), :func:`attach` hands the gate to a shared budget, and
+request's tenant, the router, the quotas and a shared budget; :func:`alone` refuses a second gate, and
+:func:`check` checks what :func:`admitgate.load` read as the gate would. :func:`ticket_of` makes the retry ticket
+(the workers of one server share its secret), :func:`attach` hands the gate to a shared budget, and
 :func:`wire_metrics` registers the collectors. Every bad value is a :class:`~admitgate.core.errors.ConfigError`
 naming it.
 """
@@ -31,7 +32,8 @@ from ..metrics import GateCollector, MultiprocessSync, Tallied, multiprocess_dir
 from .headers import HeaderPolicy
 from .identity import Identity
 from .keys import TenantFunc, naming
-from .quota import Quota, QuotaGuard
+from .limits import Limits
+from .quota import Quota
 from .routing import Router
 from .ticket import RetryTicket
 from .types import ASGIApp
@@ -50,7 +52,7 @@ class Parts:
     tenants: Tenants | None  # the table over the gate, with tenants
     tenant_of: TenantFunc | None  # how a request's tenant is named (None without tenants)
     router: Router
-    quota: QuotaGuard | None
+    limits: Limits  # the app's, the routes' and (once read) the app's routes' quotas
     identity: Identity
     headers: HeaderPolicy
     backend: RedisBudget | None
@@ -90,8 +92,27 @@ def build(app: ASGIApp, *, rate: float | Capacity | None, routes: Mapping[str, M
     tenant_of = None if tenants is None else naming(tenants.key, identity.trusted_hops, identity.forwarded)
     if quota is not None and not isinstance(quota, Quota):
         raise ConfigError("quota", "must be an admitgate.Quota (or None)", quota)
-    guard = None if quota is None else QuotaGuard(quota, clock, identity.trusted_hops, identity.forwarded, backend)
-    return Parts(built, table, tenant_of, router, guard, identity, headers, backend, server, sleep, gate_websockets)
+    limits = Limits(quota, router.quotas, clock, trusted_hops=identity.trusted_hops, forwarded=identity.forwarded,
+                    tenant_of=tenant_of, backend=backend)  # fmt: skip
+    limits.scan(app)  # the quotas declared on the app's routes, if it has them yet: a bad one fails the start-up
+    return Parts(built, table, tenant_of, router, limits, identity, headers, backend, server, sleep, gate_websockets)
+
+
+def alone(app: object, kind: type) -> None:
+    """ConfigError if a ``kind`` (an AdmitGate) is already in ``app``'s stack: down its ``.app`` chain, or among
+    the middleware a Starlette app will build (``user_middleware``). Two gates would decide every request twice,
+    by two buckets and two retry schedules, and tell a client two different Retry-After: keep one, with every
+    option on it."""
+    seen: set[int] = set()
+    node: object = app
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        later = [getattr(m, "cls", None) for m in getattr(node, "user_middleware", None) or ()]
+        if isinstance(node, kind) or any(isinstance(c, type) and issubclass(c, kind) for c in later):
+            raise ConfigError("middleware", "this app already has an AdmitGate (add_middleware(AdmitGate) twice?): "
+                                            "every request would be decided by two gates; keep one, with all its "
+                                            "options")  # fmt: skip
+        node = getattr(node, "app", None)
 
 
 def ticket_of(identity: Identity, server: Server | None, workers: int | None) -> RetryTicket | None:
@@ -157,3 +178,25 @@ def gate_of(gate: object, rate: object, settings: Settings | None, workers: obje
     log.info("admitgate: %d workers share rate=%g requests/s: this one admits %g", count, rate, rate / count)
     burst = None if settings.burst is None else max(1.0, settings.burst / count)  # a request needs a whole token
     return Gate(rate / count, dataclasses.replace(settings, burst=burst), now=now)
+
+
+def check(options: Mapping[str, object]) -> None:
+    """ConfigError for what :class:`~admitgate.asgi.middleware.AdmitGate` would refuse in ``options`` (what
+    :func:`admitgate.load` returns), with nothing started, registered or attached: the typed-in rate and
+    workers, the routes' costs against the burst, and the quotas' keys. A capacity learnt live is not built
+    twice (it carries state): it was checked as it was made."""
+    rate = options.get("rate")
+    settings = instance("settings", options.get("settings"), Settings)
+    if isinstance(rate, Capacity):
+        burst = None
+    else:
+        burst = gate_of(None, rate, settings, options.get("workers"), None, False, 0.0).pacer.burst
+    router = Router(options.get("routes"), options.get("exempt", ()), classes=options.get("classes"),  # type: ignore[arg-type]
+                    default_class=options.get("default_class", "default"))  # type: ignore[arg-type]  # fmt: skip
+    if burst is not None:
+        router.check_burst(burst)
+    identity = instance("identity", options.get("identity"), Identity)
+    tenants = options.get("tenants")
+    tenant_of = naming(tenants.key, identity.trusted_hops, identity.forwarded) if isinstance(tenants, Tenancy) else None
+    quota = options.get("quota")
+    Limits(quota if isinstance(quota, Quota) else None, router.quotas, lambda: 0.0, tenant_of=tenant_of)

@@ -156,14 +156,15 @@ class HeaderPolicy:
         ]
         return headers, body
 
-    def quota_fields(self, name: str, limit: int, window: int, remaining: int, reset: int) -> list[Header]:
-        """The draft's fields of a quota of ``limit`` requests per ``window`` s named ``name`` for a request it
-        allowed: ``remaining`` requests at once, all of it back in ``reset`` s (nothing without ``draft``)."""
-        if not self.draft:
+    def quota_fields(self, counted: Sequence[tuple[str, int, int, int, int]]) -> list[Header]:
+        """The draft's fields of the quota windows a request was counted in, each ``(name, limit, window,
+        remaining, reset)``: ``limit`` requests per ``window`` s, ``remaining`` at once, all back in ``reset`` s.
+        One field line each, listing every window (the draft's fields are lists; nothing without ``draft``)."""
+        if not self.draft or not counted:
             return []
-        sf_name = sf_string(name)
-        return [(b"ratelimit-policy", f"{sf_name};q={limit};w={window}".encode()),
-                (b"ratelimit", f"{sf_name};r={remaining};t={reset}".encode())]  # fmt: skip
+        policies = ", ".join(f"{sf_string(name)};q={limit};w={window}" for name, limit, window, _, _ in counted)
+        states = ", ".join(f"{sf_string(name)};r={remaining};t={reset}" for name, _, _, remaining, reset in counted)
+        return [(b"ratelimit-policy", policies.encode()), (b"ratelimit", states.encode())]
 
     def quota_rejection(self, retry_after: int, name: str, limit: int, window: int) -> tuple[list[Header], bytes]:
         """Headers and body for a request over its key's quota of ``limit`` requests per ``window`` s: the

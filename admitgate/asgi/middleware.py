@@ -30,14 +30,16 @@ from ..core.settings import Settings
 from ..core.source import Capacity
 from ..core.tenants import Tenancy
 from ..metrics import ABANDONED, AFTER_PACING, AT_ONCE, REJECTED, TALLY
-from .build import attach, build, ticket_of, wire_metrics
+from .build import alone, attach, build, ticket_of, wire_metrics
 from .cors import AppCors, is_preflight
 from .exchange import Exchange
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
+from .limits import Limits, Refusal
 from .pacing import hold
 from .quota import Quota
 from .responses import Responder
+from .routing import metrics_mounts
 from .startup import built_by_starlette, fail_startup
 from .types import ASGIApp, Message, Receive, Scope, Send
 
@@ -67,8 +69,12 @@ class AdmitGate:
     admits its share; default: counted from the server's command line, see :mod:`admitgate.asgi.workers`).
     ``tenants``: who the tenants are (:class:`~admitgate.Tenancy`): each gets its weighted fair share
     of the capacity and a retry schedule of its own (None: one pool for all, the default). ``quota``: a hard
-    limit per key (:class:`~admitgate.asgi.quota.Quota`, such as ``Quota("100/minute")``), checked before the
-    gate: a request over it is refused without taking a token; with a Redis ``backend`` the count is the fleet's.
+    limit per key on every route (:class:`~admitgate.asgi.quota.Quota`, such as ``Quota("100/minute")``); a
+    route's own comes from ``routes`` or is declared on the app's route (``Depends(Quota(...))``,
+    :func:`~admitgate.asgi.quota.limited`). Quotas are checked before the gate: a request over one is refused
+    without taking a token; with a Redis ``backend`` the count is the fleet's.
+    A second AdmitGate around the same app is refused (a ConfigError at start-up): every request would be
+    decided twice, by two buckets and two retry schedules.
     ``gate_websockets``: gate websocket handshakes too. ``gate``: a prebuilt
     :class:`~admitgate.core.gate.Gate` (the simulator and tests), instead of ``rate``, ``settings`` and
     ``workers``. ``clock`` (monotonic seconds), ``wall_clock`` (Unix seconds, for ticket expiry) and
@@ -105,6 +111,7 @@ class AdmitGate:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         try:
+            alone(app, AdmitGate)
             parts = build(app, rate=rate, routes=routes, exempt=exempt, classes=classes, default_class=default_class,
                           settings=settings, identity=identity, headers=headers, metrics=metrics, backend=backend,
                           workers=workers, tenants=tenants, quota=quota, gate_websockets=gate_websockets, gate=gate,
@@ -116,7 +123,8 @@ class AdmitGate:
             self.app, self.error = app, error
             return
         self.app, self.clock, self.wall_clock, self.sleep = app, clock, wall_clock, parts.sleep
-        self.gate, self.tenants, self.router, self._quota = parts.gate, parts.tenants, parts.router, parts.quota
+        self.gate, self.tenants, self.router = parts.gate, parts.tenants, parts.router
+        self._quota: Limits | None = parts.limits  # every quota; None once the app is known to have none
         self.headers, self.gate_websockets = parts.headers, parts.gate_websockets
         self.key_func = parts.identity.key_func
         self.ticket = ticket_of(parts.identity, parts.server, workers)
@@ -129,8 +137,9 @@ class AdmitGate:
         self._on_admit, self._probes = self.headers.on_admit, self.gate.probes
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
-        self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self._quota,
-                                   self.ticket, clock, wall_clock, self.gate.max_pacing_delay)  # fmt: skip
+        self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
+                                   clock, wall_clock, self.gate.max_pacing_delay)  # fmt: skip
+        self._metrics_mounts: frozenset[str] | None = None  # paths of the app's mounts of a metrics app
         self.backend = parts.backend
         attach(parts.backend, self.gate, parts.tenants, clock)
         self._tally_on = metrics is not None
@@ -163,7 +172,7 @@ class AdmitGate:
                 return
             outcome = AT_ONCE
         elif rule.exempt:
-            await self.app(scope, receive, send)
+            await self.app(self._exempt(scope), receive, send)
             return
         else:
             decision = self._decide(scope, rule, now, tenant)
@@ -282,11 +291,24 @@ class AdmitGate:
         digest of ``key_func(scope)``, else a fresh id for the ticket cookie to carry (None without tickets)."""
         return self._recognise(scope)
 
-    async def _over_quota(self, scope: Scope, send: Send, rule: Rule, retry_after: int) -> None:
+    async def _over_quota(self, scope: Scope, send: Send, rule: Rule, refusal: Refusal) -> None:
         """Refuse a request over its key's quota: the rejection's status, the quota's fields and body."""
         if self._tally_on:
             self._count(rule, REJECTED)
-        await self.responses.send_rejection(scope, send, retry_after, *self.responses.quota_rejection(retry_after))
+        rejection = self.responses.quota_rejection(refusal)
+        await self.responses.send_rejection(scope, send, refusal.retry_after, *rejection)
+
+    def _exempt(self, scope: Scope) -> Scope:
+        """An exempt request's scope, as the app is to see it: a request for the path of a mount of a metrics app
+        (``app.mount("/metrics", metrics_app())``) goes to it as ``/metrics/``, so it is answered 200, not sent
+        by Starlette's router to ``/metrics/`` with a redirect a person's curl does not follow."""
+        mounts = self._metrics_mounts
+        if mounts is None:
+            mounts = self._metrics_mounts = metrics_mounts(self.app, scope)
+        if not mounts or scope["path"].removeprefix(scope.get("root_path", "")) not in mounts:
+            return scope
+        raw = scope.get("raw_path")
+        return {**scope, "path": scope["path"] + "/", "raw_path": None if raw is None else raw + b"/"}
 
     async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Lifespan and websocket scopes (and any other): passed through, but for gated websocket handshakes and the
@@ -301,27 +323,37 @@ class AdmitGate:
     async def _by_quota(self, scope: Scope, send: Send, rule: Rule) -> tuple[bool, Exchange | None]:
         """The request's quota: (True: refused, its answer sent; the exchange adding the quota's fields to its
         response, or None)."""
-        assert self._quota is not None
-        answer = await self._quota.answer(scope)
-        if answer is not None and answer.wait > 0:
-            await self._over_quota(scope, send, rule, self._quota.retry_after(answer))
+        limits = self._quota
+        assert limits is not None
+        if not limits.scanned and self._scan(scope):  # the first request: no quota anywhere, nothing to check
+            return False, None
+        answer = await limits.answer(scope, rule)
+        if isinstance(answer, Refusal):
+            await self._over_quota(scope, send, rule, answer)
             return True, None
         if answer is not None and self._on_admit:  # its fields too (the gate's are added as it admits)
             return False, self.responses.quota_exchange(scope, send, answer)
         return False, None
+
+    def _scan(self, scope: Scope) -> bool:
+        """Read the quotas declared on the app's routes again, at the first request (the app may have gained routes
+        since the gate was made); with no quota anywhere, drop the check for good (True)."""
+        assert self._quota is not None
+        self._quota.scan(self.app, scope)
+        if self._quota.idle:
+            self._quota = None
+            return True
+        return False
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         rule = self.router.resolve(scope["path"])
         if rule.exempt:
             await self.app(scope, receive, send)
             return
-        if self._quota is not None:  # before the gate, as for HTTP: a refusal must not take a token
-            answer = await self._quota.answer(scope)
-            if answer is not None and answer.wait > 0:
-                retry_after = self._quota.retry_after(answer)
-                await self.responses.refuse_handshake(
-                    scope, receive, send, *self.responses.quota_rejection(retry_after)
-                )
+        if self._quota is not None and not (not self._quota.scanned and self._scan(scope)):  # before the gate
+            answer = await self._quota.answer(scope, rule)
+            if isinstance(answer, Refusal):
+                await self.responses.refuse_handshake(scope, receive, send, *self.responses.quota_rejection(answer))
                 return
         decider = self.decider
         now = self.clock()

@@ -15,28 +15,26 @@ from collections.abc import Hashable
 
 from ..core.clock import Clock
 from ..core.decision import Decider
-from ..core.quota import Answer
 from ..core.schedule import SLOT_GRACE
 from ..metrics import RETRY_AFTER_BOUNDS
 from .cors import AppCors
 from .exchange import Exchange
 from .headers import Header, HeaderPolicy
-from .quota import QuotaGuard
+from .limits import Allowance, Refusal
 from .ticket import RetryTicket
 from .types import Receive, Scope, Send
 
 
 class Responder:
     """The responses of one :class:`~admitgate.asgi.middleware.AdmitGate`: ``headers`` renders them, ``cors`` adds
-    the app's CORS policy, ``decider`` says an admitted response's rate-limit fields, ``quota`` and ``ticket`` (or
-    None) add theirs. Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets'; a ticket outlives its
+    the app's CORS policy, ``decider`` says an admitted response's rate-limit fields, ``ticket`` (or None) adds
+    its cookie. Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets'; a ticket outlives its
     Retry-After by ``max_pacing_delay`` and the schedule's grace)."""
 
-    def __init__(self, headers: HeaderPolicy, cors: AppCors, decider: Decider, quota: QuotaGuard | None,
-                 ticket: RetryTicket | None, clock: Clock, wall_clock: Clock,
-                 max_pacing_delay: float) -> None:  # fmt: skip
+    def __init__(self, headers: HeaderPolicy, cors: AppCors, decider: Decider, ticket: RetryTicket | None,
+                 clock: Clock, wall_clock: Clock, max_pacing_delay: float) -> None:  # fmt: skip
         self.headers, self.cors, self.decider = headers, cors, decider
-        self.quota, self.ticket, self.clock, self.wall_clock = quota, ticket, clock, wall_clock
+        self.ticket, self.clock, self.wall_clock = ticket, clock, wall_clock
         self.max_pacing_delay = max_pacing_delay
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)  #: 429s per Retry-After bucket
         self.retry_after_sum = 0  #: seconds of Retry-After given out
@@ -55,11 +53,10 @@ class Responder:
             headers.append((b"set-cookie", cookie))
         await self.send_rejection(scope, send, retry_after, headers, body)
 
-    def quota_rejection(self, retry_after: int) -> tuple[list[Header], bytes]:
-        """Headers and body refusing a request over its key's quota."""
-        guard = self.quota
-        assert guard is not None
-        return self.headers.quota_rejection(retry_after, guard.quota.name, guard.limit, guard.window)
+    def quota_rejection(self, refusal: Refusal) -> tuple[list[Header], bytes]:
+        """Headers and body refusing a request over its key's quota (the window that refused it)."""
+        window = refusal.window
+        return self.headers.quota_rejection(refusal.retry_after, window.name, window.q, window.w)
 
     async def send_rejection(self, scope: Scope, send: Send, retry_after: int, headers: list[Header],
                              body: bytes) -> None:  # fmt: skip
@@ -70,12 +67,11 @@ class Responder:
         await send({"type": "http.response.start", "status": self.headers.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    def quota_exchange(self, scope: Scope, send: Send, answer: Answer) -> Exchange:
-        """``send`` wrapped to add the quota's fields for a request it allowed to the response (whatever the gate
-        says), and the gate's own once it admits it (see :meth:`limit_fields`)."""
-        guard = self.quota
-        assert guard is not None
-        fields = self.headers.quota_fields(guard.quota.name, guard.limit, guard.window, *guard.fields(answer))
+    def quota_exchange(self, scope: Scope, send: Send, allowance: Allowance) -> Exchange:
+        """``send`` wrapped to add the fields of the quotas that allowed a request to its response (whatever the
+        gate says), and the gate's own once it admits it (see :meth:`limit_fields`)."""
+        counted = [(window.name, window.q, window.w, left, reset) for window, left, reset in allowance.counted]
+        fields = self.headers.quota_fields(counted)
         self._resolve_cors(scope)
         return Exchange(send, self.headers.exposed, fields)
 

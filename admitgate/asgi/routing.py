@@ -3,7 +3,8 @@
 Rules are keyed by *route template* (Starlette syntax: ``/items/{id}``,
 ``/files/{path:path}``), never by raw path, so ``/items/1`` and ``/items/2`` share
 one rule and one metrics label. A rule sets the request's cost in tokens, its
-priority class, or exempts it from the gate (health checks, ``/metrics``). An exempt
+priority class, a per-key quota on the route (``{"quota": "5/minute"}``), or exempts it from the gate
+(health checks, ``/metrics``). An exempt
 template covers everything mounted below it: ``/metrics`` also exempts ``/metrics/``
 and ``/metrics/x``, never ``/metricsfoo``.
 
@@ -25,6 +26,8 @@ from starlette.routing import BaseRoute, Mount, Route, compile_path
 
 from ..core.errors import ConfigError, flag
 from ..core.priority import DEFAULT_CLASSES, Priority, Rule
+from ..metrics import MetricsApp
+from .quota import Quota
 
 _CACHE_SIZE = 4096
 #: A path parameter in a template, as Starlette writes them: ``{name}`` or ``{name:convertor}``.
@@ -43,9 +46,10 @@ class Router:
     nothing matches get :attr:`default`, labelled with the app's route template when ``app``
     is given (see :class:`AppTemplates`; at most :data:`MAX_TEMPLATES` distinct labels).
 
-    ``routes``: template -> ``{"cost": float, "class": str, "exempt": bool}`` (or a :class:`Rule`).
-    ``exempt``: templates the gate never touches. Resolution of a raw path is cached in
-    :attr:`cache`, a bounded dict, so an unbounded variety of paths costs bounded memory.
+    ``routes``: template -> ``{"cost": float, "class": str, "exempt": bool, "quota": ...}`` (or a :class:`Rule`);
+    a ``quota`` is a limit (``"5/minute"``), a table of :class:`~admitgate.asgi.quota.Quota`'s fields or a Quota,
+    kept in :attr:`quotas` by template. ``exempt``: templates the gate never touches. Resolution of a raw path is
+    cached in :attr:`cache`, a bounded dict, so an unbounded variety of paths costs bounded memory.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class Router:
             raise ConfigError("exempt", "must be a list of route templates", exempt)
         rules: list[Rule] = []
         named: list[str] = []  # the field each rule came from, for errors
+        self.quotas: dict[str, Quota] = {}  #: route template -> the route's quota
         for i, template in enumerate(exempt):
             rules.append(Rule(_template(f"exempt[{i}]", template), 0.0, self.default.priority, exempt=True))
             named.append(f"exempt[{i}]")
@@ -78,12 +83,16 @@ class Router:
                 continue
             if not isinstance(spec, Mapping):
                 raise ConfigError(field, "must be a table of cost, class and exempt (or a Rule)", spec)
-            unknown = set(spec) - {"cost", "class", "exempt"}
+            unknown = set(spec) - {"cost", "class", "exempt", "quota"}
             if unknown:
-                raise ConfigError(field, f"unknown keys {sorted(map(str, unknown))}; known: cost, class, exempt")
+                raise ConfigError(field, f"unknown keys {sorted(map(str, unknown))}; known: cost, class, exempt, quota")
             cost = self._cost(f"{field}.cost", spec.get("cost", self.default.cost))
             prio = self._class(f"{field}.class", spec.get("class", default_class))
             rules.append(Rule(template, cost, prio, exempt=flag(f"{field}.exempt", spec.get("exempt", False))))
+            if spec.get("quota") is not None:
+                if rules[-1].exempt:
+                    raise ConfigError(f"{field}.quota", "an exempt route is never limited: drop exempt or the quota")
+                self.quotas[template] = route_quota(f"{field}.quota", spec["quota"])
         self.rules = rules
         self._fields = dict(zip(map(id, rules), named, strict=True))
         self.static_rules: dict[str, Rule] = {}  #: templates without parameters, matched exactly
@@ -162,6 +171,27 @@ class Router:
         return labelled
 
 
+def route_quota(field: str, spec: object) -> Quota:
+    """A route's ``quota``: a limit such as ``"5/minute"``, a table of :class:`Quota`'s fields, or a Quota;
+    ConfigError naming ``field`` and the Quota field at fault."""
+    if isinstance(spec, Quota):
+        return spec
+    if isinstance(spec, str):
+        spec = {"limit": spec}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(field, "must be a limit such as '5/minute', a table of limit, key, burst, name, or a Quota",
+                          spec)  # fmt: skip
+    known = ("limit", "key", "burst", "name", "max_keys")
+    unknown = set(spec) - set(known)
+    if unknown or "limit" not in spec:
+        problem = f"unknown keys {sorted(map(str, unknown))}" if unknown else "needs a limit"
+        raise ConfigError(field, f"{problem}; known: {', '.join(known)}")
+    try:
+        return Quota(**spec)
+    except ConfigError as error:
+        raise error.renamed(f"{field}.{error.field}") from None
+
+
 def _classes(classes: object) -> dict[str, Priority]:
     if classes is None:
         return dict(DEFAULT_CLASSES)
@@ -211,7 +241,7 @@ class AppTemplates:
 
     def match(self, path: str, scope: Mapping[str, Any] | None = None) -> str | None:
         """The template of the app's route for ``path``, or None if the app routes it nowhere."""
-        table = self._table if self._table is not None else _route_table(self.app, scope)
+        table = self._table if self._table is not None else route_table(self.app, scope)
         if table is None:
             return None
         if table is not self._table or len(table) != self._size:
@@ -244,7 +274,8 @@ class AppTemplates:
                 self._exact.setdefault(template, label)  # an earlier parameterised route would win
 
 
-def _route_table(app: Any, scope: Mapping[str, Any] | None) -> Sequence[BaseRoute] | None:
+def route_table(app: Any, scope: Mapping[str, Any] | None) -> Sequence[BaseRoute] | None:
+    """The first ``routes`` list on ``app`` or down its ``.app`` chain, else on the request's ``scope["app"]``."""
     seen: set[int] = set()
     while app is not None and id(app) not in seen:
         routes = getattr(app, "routes", None)
@@ -278,3 +309,16 @@ def _expand(routes: Iterable[BaseRoute]) -> list[tuple[BaseRoute, str]]:
     if expand is None:  # plain Starlette, or a FastAPI that still copies included routes into ``routes``
         return [(route, route.path) for route in routes if isinstance(route, (Mount, Route))]
     return [(c.original_route, c.path) for c in expand(list(routes)) if c.path is not None]
+
+
+def metrics_mounts(app: Any, scope: Mapping[str, Any] | None) -> frozenset[str]:
+    """The paths of the app's top-level mounts of a metrics app (:func:`admitgate.metrics_app`, or
+    prometheus-client's ``make_asgi_app()``): ``app.mount("/metrics", ...)`` gives ``"/metrics"``."""
+    table = route_table(app, scope) or ()
+    return frozenset(
+        route.path
+        for route in table
+        if isinstance(route, Mount)
+        and route.path
+        and (isinstance(route.app, MetricsApp) or getattr(route.app, "__module__", None) == "prometheus_client.asgi")
+    )

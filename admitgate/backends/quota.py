@@ -1,27 +1,27 @@
-"""One quota count for the fleet: GCRA in Redis, one key per quota key holding its TAT.
+"""One quota count for the fleet: GCRA in Redis, one key per quota window and key holding its TAT.
 
 Every replica runs one Lua script (``quota.lua``, package data beside this module) per quota-limited
-request: it reads the key's theoretical arrival time, decides as :class:`~admitgate.core.quota.QuotaLimiter`
-does with Redis ``TIME`` as the one clock, and stores the new TAT with a ``PEXPIRE`` at the moment the key
-would be fresh again, so Redis holds one short string per active key and nothing for idle ones.
+request (one per distinct key when a request's quotas count different keys): it reads the theoretical
+arrival time of each window, decides as :func:`~admitgate.core.quota.check_cells` does with Redis ``TIME`` as
+the one clock, and stores each new TAT with an expiry at the moment the window would be fresh again, so Redis
+holds one short string per active key and window and nothing for idle ones. The windows of one key share a
+hash tag (a digest of the key), so Redis Cluster keeps them on one slot and one script sees them all.
 
 A Redis error or a call slower than ``timeout`` never fails the request: the replica decides on its own
-:class:`~admitgate.core.quota.QuotaLimiter` (each replica then allows up to N per W on its own), logs the
-change once, and tries Redis again after ``cooldown`` seconds, so a dead Redis does not cost every
-request a timeout.
+limiters (each replica then allows up to N per W on its own), logs the change once, and tries Redis again
+after ``cooldown`` seconds, so a dead Redis does not cost every request a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.clock import Clock
-from ..core.quota import Answer, QuotaLimiter
+from ..core.quota import QuotaLimiter, Tally, check_cells
 
 log = logging.getLogger("admitgate")
 
@@ -29,49 +29,65 @@ log = logging.getLogger("admitgate")
 QUOTA = (resources.files(__package__) / "quota.lua").read_text(encoding="utf-8")
 
 
-class RedisQuota:
-    """The fleet's quota: ``await check(key)`` is the :class:`~admitgate.core.quota.Answer` for ``key`` (a wait
-    of 0.0: allowed and counted).
+class Cell(NamedTuple):
+    """One window of one quota for one key: its local limiter (the fallback), the key, and in Redis its key,
+    the hash tag it shares with the key's other windows, and the script's arguments (T and τ)."""
 
-    ``client``: a redis-py asyncio client (the shared budget's). ``local``: the fallback limiter (also the
-    rate and clock). ``prefix``: the Redis key prefix (replicas with the same prefix share the counts).
-    ``timeout``: seconds per call. ``cooldown``: seconds on the fallback before Redis is tried again.
+    limiter: QuotaLimiter
+    key: Hashable
+    redis_key: str
+    tag: str
+    args: tuple[str, str]
+
+
+class RedisQuota:
+    """The fleet's quotas: ``await check(cells)`` is the :class:`~admitgate.core.quota.Tally` of those windows.
+
+    ``client``: a redis-py asyncio client (the shared budget's). ``timeout``: seconds per call. ``cooldown``:
+    seconds on the local limiters before Redis is tried again.
     """
 
-    def __init__(self, client: Any, local: QuotaLimiter, clock: Clock, *, prefix: str = "admitgate:quota",
-                 timeout: float = 0.25, cooldown: float = 0.5) -> None:  # fmt: skip
+    def __init__(self, client: Any, clock: Clock, *, timeout: float = 0.25, cooldown: float = 0.5) -> None:
         self.client = client
-        self.local = local
         self.clock = clock
-        self.prefix = prefix
         self.timeout = timeout
         self.cooldown = cooldown
-        self.args = [repr(local.rate.interval), repr(local.rate.tolerance)]
         self._script = client.register_script(QUOTA)
         self.degraded = False
         self.errors = 0
         self._retry_at = 0.0
 
-    def redis_key(self, key: Hashable) -> str:
-        """The Redis key of quota key ``key``: a digest, so a client's header bytes never shape a Redis key."""
-        digest = hashlib.blake2b(repr(key).encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
-        return f"{self.prefix}:{digest}"
-
-    async def check(self, key: Hashable) -> Answer:
+    async def check(self, cells: Sequence[Cell]) -> Tally:
         now = self.clock()
         if self.degraded and now < self._retry_at:
-            return self.local.check(key)
+            return check_cells([(cell.limiter, cell.key) for cell in cells], now)
         try:
-            reply = await asyncio.wait_for(self._script(keys=[self.redis_key(key)], args=self.args), self.timeout)
-            wait, backlog = (float(part) for part in reply.split())
+            tally = await self._ask(cells)
         except Exception as exc:  # timeouts, connection errors, a NOSCRIPT that could not be fixed, ...
             self.errors += 1
             if not self.degraded:
                 log.warning("admitgate: quota backend failing (%s); each replica counts its own quota",
                             type(exc).__name__)  # fmt: skip
             self.degraded, self._retry_at = True, now + self.cooldown
-            return self.local.check(key)
+            return check_cells([(cell.limiter, cell.key) for cell in cells], now)
         if self.degraded:
             log.warning("admitgate: quota backend is back; the quota is the fleet's again")
             self.degraded = False
-        return Answer(wait, backlog)
+        return tally
+
+    async def _ask(self, cells: Sequence[Cell]) -> Tally:
+        """One script call per hash tag (a request's windows of one key are one call, atomic)."""
+        groups: dict[str, list[int]] = {}
+        for i, cell in enumerate(cells):
+            groups.setdefault(cell.tag, []).append(i)
+        backlogs = [0.0] * len(cells)
+        for indices in groups.values():
+            keys = [cells[i].redis_key for i in indices]
+            args = [arg for i in indices for arg in cells[i].args]
+            parts = (await asyncio.wait_for(self._script(keys=keys, args=args), self.timeout)).split()
+            wait = float(parts[0])
+            if wait > 0:
+                return Tally(wait, indices[int(parts[1]) - 1], ())
+            for j, i in enumerate(indices):
+                backlogs[i] = float(parts[j + 1])
+        return Tally(0.0, -1, tuple(backlogs))

@@ -10,6 +10,14 @@ Over a long run that is N per W. With ``burst = 1`` no window of W seconds ever 
 with the default ``burst = N`` a full burst followed by the refill can put up to ``2N − 1`` into one W
 (a fixed-window limiter, slowapi's default, allows 2N across a boundary the same way).
 
+A quota may have several windows (``"5/minute;100/day"``): one GCRA per window, and a request is allowed only
+if every window allows it; then, and only then, it is counted in each (:func:`check_cells`, which also takes the
+windows of several quotas at once). A refused request counts nowhere.
+
+A refusal's wait is spread (:func:`spread`): keys refused at the same moment would all be told the same
+wait and come back together; each is told its wait plus a fraction of the window's interval T fixed by a
+digest of its key, so a cohort of keys returns spread evenly over T, and each finds its next request there.
+
 State is bounded: a key's entry expires when its TAT passes (a key idle that long is as good as new)
 and the :class:`~admitgate.core.keystore.BoundedExpiringMap` never holds more than ``max_keys``; a
 key evicted by the cap starts afresh.
@@ -17,8 +25,9 @@ key evicted by the cap starts afresh.
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -89,11 +98,55 @@ class QuotaLimiter:
     def check(self, key: Hashable) -> Answer:
         """Allowed (wait 0.0, counted) if ``key`` may make a request now, else the wait in seconds (> 0)."""
         now = self._clock()
-        tat = self._store.get(key, now)
-        tat = now if tat is None or tat < now else tat
-        wait = tat - self._tolerance - now
+        wait = self.wait(key, now)
         if wait > EPSILON:
             return Answer(wait, 0.0)
-        tat += self._interval
+        return Answer(0.0, self.take(key, now))
+
+    def wait(self, key: Hashable, now: float) -> float:
+        """Seconds until ``key`` may make a request (<= 0: now); nothing is counted."""
+        tat = self._store.get(key, now)
+        return (now if tat is None or tat < now else tat) - self._tolerance - now
+
+    def take(self, key: Hashable, now: float) -> float:
+        """Count a request of ``key`` at ``now``; return its backlog, TAT − now, seconds."""
+        tat = self._store.get(key, now)
+        tat = (now if tat is None or tat < now else tat) + self._interval
         self._store.put(key, tat, tat, now)  # expires when the TAT passes: the key is fresh again
-        return Answer(0.0, tat - now)
+        return tat - now
+
+
+class Tally(NamedTuple):
+    """The answer of several windows (of one quota or several) for one request. Seconds."""
+
+    wait: float  # 0.0: allowed by every window (and counted in each); else the longest wait
+    refused: int  # the index of the window that waits longest (-1: allowed)
+    backlogs: tuple[float, ...]  # allowed: each window's TAT − now, in order (empty if refused)
+
+
+def check_cells(cells: Sequence[tuple[QuotaLimiter, Hashable]], now: float) -> Tally:
+    """Allowed by every window of ``cells`` (a limiter and the key it counts): counted in each; else the longest
+    wait and the window that has it, counted in none (a refused request must not use up the other windows)."""
+    worst, refused = EPSILON, -1
+    for i, (limiter, key) in enumerate(cells):
+        wait = limiter.wait(key, now)
+        if wait > worst:
+            worst, refused = wait, i
+    if refused >= 0:
+        return Tally(worst, refused, ())
+    return Tally(0.0, -1, tuple(limiter.take(key, now) for limiter, key in cells))
+
+
+def digest(key: Hashable) -> bytes:
+    """A stable digest of ``key`` (the same in every process and replica: never Python's salted ``hash``)."""
+    return hashlib.blake2b(repr(key).encode("utf-8", "backslashreplace"), digest_size=16).digest()
+
+
+def spread(wait: float, rate: QuotaRate, key_digest: bytes) -> float:
+    """A refused key's wait, spread: ``wait`` plus a fraction of the interval T fixed by ``key_digest``.
+
+    Keys refused together come back evenly over one interval instead of in one instant, and each still finds
+    its next request (one is earned every T). The fraction is the key's, so a key that asks again before its
+    time is told the same moment again."""
+    fraction = int.from_bytes(key_digest[:8], "big") / 2.0**64
+    return wait + fraction * rate.interval
