@@ -34,9 +34,15 @@ and ``ADMITGATE_BACKEND_<KEY>``, ``ADMITGATE_ESTIMATOR``, ``ADMITGATE_CAPACITY_<
 ``ADMITGATE_QUOTA_<KEY>``; ``ADMITGATE_ROUTES``, ``ADMITGATE_CLASSES`` and
 ``ADMITGATE_TENANTS_WEIGHTS`` hold JSON objects.
 Variables override the file. Lists are comma-separated (``ADMITGATE_EXEMPT=/health,/ready``), booleans
-``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings. A variable that
-names no setting is ignored with one warning. Every error is a :class:`~admitgate.core.errors.ConfigError`
-naming the file's ``section.key`` or the variable.
+``true``/``false`` (or 1/0, yes/no, on/off), functions ``module:attribute`` import strings.
+
+One rule for both: a key of the file or an ``ADMITGATE_*`` variable that names no setting is an error (with the
+nearest name), as a bad value is, because a mistyped setting that is only warned about leaves the service running
+on a default nobody chose. The variables Kubernetes sets for a service named ``admitgate-*``
+(``ADMITGATE_REDIS_SERVICE_HOST``, ``ADMITGATE_REDIS_PORT``...) are the one exception: they are not ours, and are
+skipped. Every error is a :class:`~admitgate.core.errors.ConfigError` naming the file's ``section.key`` and the
+file, or the variable; the combinations only the gate checks (a rate of -5, a route's cost beyond the burst)
+are checked by :func:`load` too, so they are named the same way.
 
 Why no settings library (pydantic-settings, msgspec): the values are validated once, by the objects
 themselves (:class:`~admitgate.Settings`, :class:`~admitgate.Identity`, :class:`~admitgate.HeaderPolicy`,
@@ -55,6 +61,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -66,6 +73,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: tomllib's parser, from PyPI as tomli (a dependency there)
     import tomli as tomllib
 
+from .asgi.build import check
 from .asgi.headers import HeaderPolicy
 from .asgi.identity import Identity
 from .asgi.quota import Quota
@@ -83,7 +91,10 @@ SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "cap
 #: Keys that moved out of ``[gate]``, and where to.
 _MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
 _TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
-_warned: set[str] = set()
+#: The variables Kubernetes sets for each service (``<NAME>_SERVICE_HOST``, ``<NAME>_PORT_80_TCP_ADDR``...): a
+#: service named ``admitgate-redis`` gives every pod ``ADMITGATE_REDIS_PORT``. Not settings, and not mistakes.
+_SERVICE_LINK = re.compile(r"ADMITGATE(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)"
+                           r"(_(PROTO|PORT|ADDR))?)?)")  # fmt: skip
 
 Convert = Callable[[object, bool], object]  # (value, from the environment) -> value; ValueError(problem) if bad
 
@@ -253,14 +264,12 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Convert]]) -> 
         if var.startswith("ADMITGATE_HEADROOM_"):  # its name in 0.1.0
             raise ConfigError(var, f"is now called ADMITGATE_CAPACITY_{var[len('ADMITGATE_HEADROOM_') :]}: rename it")
         place = _variable(var, flat)
-        if place is None:
-            if var not in _warned:
-                _warned.add(var)
-                known = [f"ADMITGATE_{k.upper()}" for k in flat]
-                near = difflib.get_close_matches(var, known, n=1)
-                log.warning("admitgate: %s is not an admitgate setting and is ignored%s", var,
-                            f" (did you mean {near[0]}?)" if near else "")  # fmt: skip
+        if place is None and _SERVICE_LINK.fullmatch(var):
             continue
+        if place is None:
+            known = [f"ADMITGATE_{k.upper()}" for k in flat]
+            raise ConfigError(var, f"names no admitgate setting{_nearest(var, known)}; the variables are listed in "
+                                   "docs/configuration.md")  # fmt: skip
         found[place] = (raw, var)
     return found
 
@@ -300,11 +309,25 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
 
     A number in ``rate`` is the capacity, and then nothing is learnt: a ``[capacity]`` table beside it
     is ignored with a warning (a deployment may set estimator defaults for every service). Without a
-    rate, ``[capacity]`` (or any ``ADMITGATE_CAPACITY_*``) tunes the estimator that learns it.
+    rate, ``[capacity]`` (or any ``ADMITGATE_CAPACITY_*``) tunes the estimator that learns it. What only the gate
+    would check (the rate's range, a route's cost against the burst, a quota's key) is checked here too, so every
+    error names the key and file, or the variable, it came from.
     """
     env = os.environ if env is None else env
+    path = path or env.get("ADMITGATE_CONFIG")
     schema = _schema()
-    values, names = _gather(path or env.get("ADMITGATE_CONFIG"), env, schema)
+    values, names = _gather(path, env, schema)
+    try:
+        out = _options(values, names, schema, now)
+        check(out)
+    except ConfigError as error:
+        raise _located(error, names, str(path) if path else None) from None
+    return out
+
+
+def _options(values: dict[str, dict[str, Any]], names: Names, schema: dict[str, dict[str, Convert]],
+             now: float) -> dict[str, Any]:  # fmt: skip
+    """AdmitGate's keyword arguments from the ``values`` gathered (see :func:`load`)."""
     out: dict[str, Any] = {}
     for section in ("gate", "settings", "identity", "headers", "backend", "tenants", "quota"):
         for key, value in values[section].items():
@@ -325,7 +348,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
     if values["classes"]:
         out["classes"] = _classes(values["classes"], names)
     if values["routes"]:
-        out["routes"] = values["routes"]
+        out["routes"] = _route_keys(values["routes"], names)
     _check_routes(out, names)
     if values["backend"]:
         backend = _backend(values["backend"], names)
@@ -338,6 +361,27 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None, n
     elif capacity:
         out["rate"] = _build(lambda **kw: capacity_from_config(kw, now=now), capacity, "capacity", names)
     return out
+
+
+def _located(error: ConfigError, names: Names, path: str | None) -> ConfigError:
+    """``error`` naming the key or variable that set its field, and the file if it came from one.
+
+    The gate's own checks name a keyword (``rate``, ``burst``, ``routes['/x'].cost``); a keyword set by the file
+    is ``section.key`` there, one set by a variable is the variable."""
+    field = error.field
+    if field.startswith("routes["):
+        field = _route_name(field, names)
+    elif field not in names.values():
+        for section in ("gate", "settings", "identity", "headers", "tenants", "quota", "backend"):
+            rest = field.removeprefix(f"{section}.")
+            head = rest.split("[", 1)[0].split(".", 1)[0]
+            if (section, head) in names:
+                field = names[section, head] + rest[len(head) :]
+                break
+    from_file = path is not None and any(
+        field == name or field.startswith((f"{name}.", f"{name}[")) for name in names.values()
+        if not name.startswith("ADMITGATE_"))  # fmt: skip
+    return error.renamed(field, path if from_file else None)
 
 
 def _gather(path: str | Path | None, env: Mapping[str, str],
@@ -408,7 +452,13 @@ def _unknown(section: str, key: str, schema: dict[str, dict[str, Convert]], name
     for other in ("settings", "identity"):
         if section == "gate" and key in schema[other]:
             return ConfigError(name, f"belongs in [{other}]")
-    return ConfigError(name, f"unknown key; known: {', '.join(schema[section])}")
+    return ConfigError(name, f"unknown key{_nearest(key, list(schema[section]))}; known: {', '.join(schema[section])}")
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    """`` (did you mean X?)`` for the known name nearest ``name``, if one is near."""
+    near = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def _build(kind: Callable[..., Any], params: dict[str, Any], section: str, names: dict[tuple[str, str], str]) -> Any:
@@ -454,10 +504,25 @@ def _check_routes(out: dict[str, Any], names: dict[tuple[str, str], str]) -> Non
                default_class=out.get("default_class", "default"))  # fmt: skip
     except ConfigError as error:
         if error.field.startswith("routes["):
-            template, _, rest = error.field[len("routes[") :].partition("]")
-            where = {repr(key): name for (section, key), name in names.items() if section == "routes"}
-            raise error.renamed(where.get(template, f"routes[{template}]") + rest) from None
+            raise error.renamed(_route_name(error.field, names)) from None
         raise _renamed(error, "gate", names) from None
+
+
+def _route_keys(routes: dict[str, Any], names: Names) -> dict[str, Any]:
+    """``routes`` with each route quota's ``key``, if an import string (``"myapp.keys:user"``), its function."""
+    for template, spec in routes.items():
+        quota = spec.get("quota") if isinstance(spec, Mapping) else None
+        if isinstance(quota, Mapping) and "key" in quota:
+            name = names.get(("routes", template), f"routes[{template!r}]")
+            spec["quota"] = {**quota, "key": _convert(_key, quota["key"], False, f"{name}.quota.key")}
+    return routes
+
+
+def _route_name(field: str, names: Names) -> str:
+    """``routes['/x'].cost`` as it was set: the file's ``routes['/x'].cost``, or ``ADMITGATE_ROUTES['/x'].cost``."""
+    template, _, rest = field[len("routes[") :].partition("]")
+    where = {repr(key): name for (section, key), name in names.items() if section == "routes"}
+    return where.get(template, f"routes[{template}]") + rest
 
 
 def _backend(table: dict[str, Any], names: dict[tuple[str, str], str]) -> Any:

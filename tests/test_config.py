@@ -117,9 +117,9 @@ def test_a_capacity_setting_beside_a_static_rate_is_ignored_with_a_warning(caplo
     assert "nothing is learnt" in caplog.text
 
 
-def test_a_variable_that_names_no_setting_is_ignored_with_a_suggestion(caplog) -> None:
-    assert load(env={"ADMITGATE_BRUST": "5"}) == {}
-    assert "ADMITGATE_BRUST is not an admitgate setting" in caplog.text and "ADMITGATE_BURST" in caplog.text
+def test_a_variable_that_names_no_setting_is_an_error_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match=r"BRUST: names no admitgate setting \(did you mean ADMITGATE_BURST"):
+        load(env={"ADMITGATE_BRUST": "5"})
 
 
 @pytest.mark.parametrize(

@@ -18,19 +18,23 @@ class ConfigError(ValueError):
     """Invalid configuration, raised at construction (start-up), never per request.
 
     ``field`` names the offending setting so the message can be acted upon; ``problem`` says what is
-    wrong with it in words, ``value`` is what was given (``...`` if not shown).
+    wrong with it in words, ``value`` is what was given (``...`` if not shown); ``source``, the file the
+    setting was read from (None: code, or a variable, which ``field`` names).
     """
 
-    def __init__(self, field: str, problem: str, value: object = ...) -> None:
+    def __init__(self, field: str, problem: str, value: object = ..., source: str | None = None) -> None:
         self.field = field
         self.problem = problem
         self.value = value
+        self.source = source
         got = "" if value is ... else f" (got {_shown(value)})"
-        super().__init__(f"admitgate: invalid {field}: {problem}{got}")
+        where = "" if source is None else f" in {source}"
+        super().__init__(f"admitgate: invalid {field}{where}: {problem}{got}")
 
-    def renamed(self, field: str) -> ConfigError:
-        """The same error about ``field`` (a config file's ``settings.burst``, a variable's name)."""
-        return ConfigError(field, self.problem, self.value)
+    def renamed(self, field: str, source: str | None = None) -> ConfigError:
+        """The same error about ``field`` (a config file's ``settings.burst``, a variable's name), read from
+        ``source`` (a file; default: the one it was read from, if any)."""
+        return ConfigError(field, self.problem, self.value, source or self.source)
 
 
 def _shown(value: object) -> str:
