@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,14 +78,32 @@ class RetryBudget:
         return False
 
 
+#: Upper bounds, seconds, of the buckets of :attr:`RetryStats.sleep_counts` (the last bucket is everything above).
+SLEEP_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: How many of the latest delays :attr:`RetryStats.sleeps` keeps.
+SLEEPS_KEPT = 100
+
+
 @dataclass
 class RetryStats:
+    """What a transport has done, in bounded memory whatever its lifetime: counters, the seconds slept in
+    total and per :data:`SLEEP_BOUNDS` bucket, and the latest :data:`SLEEPS_KEPT` delays (a ring)."""
+
     requests: int = 0
     retries: int = 0
     skipped_budget: int = 0
     skipped_deadline: int = 0
     exhausted: int = 0  # gave up after the last attempt
-    sleeps: list[float] = field(default_factory=list)  # every delay slept, seconds
+    slept: float = 0.0  # seconds slept before retries, in total
+    sleep_counts: list[int] = field(default_factory=lambda: [0] * (len(SLEEP_BOUNDS) + 1))  # per bucket
+    sleeps: deque[float] = field(default_factory=lambda: deque(maxlen=SLEEPS_KEPT))  # the latest delays, seconds
+
+    def sleeping(self, delay: float) -> None:
+        """Count a retry that sleeps ``delay`` seconds first."""
+        self.retries += 1
+        self.slept += delay
+        self.sleep_counts[bisect_left(SLEEP_BOUNDS, delay)] += 1
+        self.sleeps.append(delay)
 
 
 @dataclass
@@ -165,8 +185,7 @@ class _Retrier:
         if p.budget is not None and not p.budget.try_withdraw():
             self.stats.skipped_budget += 1
             return None
-        self.stats.retries += 1
-        self.stats.sleeps.append(delay)
+        self.stats.sleeping(delay)
         return delay
 
     def begin(self) -> float:
@@ -257,7 +276,8 @@ class _Retrying:
 
     @property
     def stats(self) -> RetryStats:
-        """Counters: requests, retries, skipped retries (budget, deadline), exhausted, sleeps."""
+        """Counters: requests, retries, skipped retries (budget, deadline), exhausted, and the delays slept
+        (:class:`RetryStats`: bounded, however long the transport lives)."""
         return self._retrier.stats
 
 
