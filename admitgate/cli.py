@@ -72,6 +72,9 @@ def _plan(args: argparse.Namespace) -> int:
     )  # fmt: skip
     out: dict[str, object] = {"plan": result.to_dict()}
     lines = [result.table()]
+    if result.feasible and result.window is not None:
+        out["setting"] = {"spread": "jitter", "spread_window": round(result.window, 3)}
+        lines.append(_setting(result.window))
     if args.period is not None:
         p = prevent(args.clients, args.headroom, args.period, eps=eps)
         out["prevention"] = {"period": p.period, "rate": p.rate, "safe_rate": p.safe_rate,
@@ -86,6 +89,35 @@ def _plan(args: argparse.Namespace) -> int:
         lines.append(f"recovery: backlog {args.clients:,} drains in {t:.3f} s under the headroom ramp {points}")
     print(_json(out) if args.json else "\n".join(lines))
     return 0 if result.feasible else 1
+
+
+def _setting(window: float) -> str:
+    """What the planned window is in the gate's settings, and in a client's."""
+    return (f"setting: W is the gate's Settings(spread=\"jitter\", spread_window={window:.3f}), or "
+            f"ADMITGATE_SPREAD=jitter ADMITGATE_SPREAD_WINDOW={window:.3f}:\n"
+            "  each rejected client is told a place drawn uniformly over W seconds of H (the default "
+            "spread=\"schedule\" needs no window:\n  consecutive places at H, over M/H); for clients that "
+            "pace themselves, the window each draws its delay from")  # fmt: skip
+
+
+#: The rows of ``admitgate simulate``'s table, and what each means (seconds, requests/s; one column per run).
+SIMULATE_ROWS = {
+    "drain_s": "seconds from the release until the last herd client got a 2xx (inf: not drained)",
+    "drain_ratio": "drain_s over the bound M/H: 1.0 is as fast as the headroom allows",
+    "edge_peak_to_avg": "herd arrivals at the server: the busiest second over the mean second (1.0 is flat)",
+    "upstream_peak_to_avg": "the same for requests forwarded to the upstream",
+    "peak_concurrency": "the most requests the upstream held at once",
+    "server_5xx": "5xx answers: the upstream's timeouts (the herd's and the new arrivals')",
+    "attempts": "tries the herd made in all (first tries and retries)",
+    "retry_after_min": "the shortest Retry-After told, seconds",
+    "retry_after_p50": "the median Retry-After told, seconds",
+    "retry_after_max": "the longest Retry-After told, seconds",
+    "herd_latency_p50_s": "median seconds from a herd try to its 2xx",
+    "herd_latency_p99_s": "99th percentile of the same",
+    "background_success": "share of the new arrivals (one try each) answered 2xx",
+    "background_p50_s": "median seconds a new arrival's 2xx took",
+    "background_p99_s": "99th percentile of the same",
+}
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -122,12 +154,9 @@ def _simulate(args: argparse.Namespace) -> int:
         print(_json(runs))
         return 0
     print(f"{runs[0]['scenario']}: {runs[0]['clients']:,} clients, bound M/H = {runs[0]['bound_s']} s")
-    keys = ["drain_s", "drain_ratio", "edge_peak_to_avg", "upstream_peak_to_avg", "peak_concurrency", "server_5xx",
-            "attempts", "retry_after_min", "retry_after_p50", "retry_after_max", "herd_latency_p50_s",
-            "herd_latency_p99_s", "background_success", "background_p50_s", "background_p99_s"]  # fmt: skip
     print(f"{'':22s}" + "".join(f"{r['gate']:>14s}" for r in runs))
-    for k in keys:
-        print(f"{k:22s}" + "".join(f"{r[k]!s:>14s}" for r in runs))
+    for k, meaning in SIMULATE_ROWS.items():
+        print(f"{k:22s}" + "".join(f"{r[k]!s:>14s}" for r in runs) + f"   {meaning}")
     for r in runs:
         if r["finished"] < r["clients"]:
             why = (f"stopped at its time limit of {scenario.duration:g} simulated seconds (the scenario's duration)"
@@ -235,9 +264,17 @@ def _plan_parser(sub: Any) -> None:
 
 def _simulate_parser(sub: Any) -> None:
     """The ``simulate`` command on ``sub`` (argparse's subparsers)."""
-    sim = sub.add_parser("simulate", help="run a herd against the real gate on a virtual clock")
+    from .sim.scenario import SCENARIOS
+
+    rows = "\n".join(f"  {row:22s}{meaning}" for row, meaning in SIMULATE_ROWS.items())
+    sim = sub.add_parser("simulate", help="run a herd against the real gate on a virtual clock",
+                         description="Run a herd against the real gate on a virtual clock, with the gate and "
+                                     "without it (one column each).",
+                         epilog=f"rows of the table:\n{rows}",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sim.add_argument("scenario", nargs="?", default="cache-expiry",
-                     help="a scenario.toml, or an embedded scenario name (default: %(default)s)")  # fmt: skip
+                     help=f"a scenario.toml, or an embedded scenario: {', '.join(SCENARIOS)} "
+                          "(default: %(default)s)")  # fmt: skip
     sim.add_argument("--clients", type=int, help="herd size (default: the scenario's)")
     sim.add_argument("--policy", help="obey, obey-jitter, ignore, full, equal, decorrelated (default: the scenario's)")
     sim.add_argument("--ignore-fraction", type=float, help="share ignoring Retry-After (default: the scenario's)")

@@ -223,7 +223,9 @@ def _print_summary(s: dict[str, object], capacity: float, background: float) -> 
     if "bound_integral_s" in s:
         print(f"  with capacity steps   ∫H dt = M at {s['bound_integral_s']} s, ratio {s['drain_ratio_integral']}")
     print(f"  edge arrivals/s       mean {s['edge_per_s_mean']}, peak/avg {s['edge_peak_to_avg']}")
-    print(f"  attempts              {s['attempts']}   status counts {s['status_counts']}")
+    attempts = s["attempts"] + s["new_attempts"]  # type: ignore[operator]  # (both ints)
+    print(f"  attempts              {attempts} (herd {s['attempts']}, new arrivals {s['new_attempts']})   "
+          f"status counts {s['status_counts']}")  # fmt: skip
     print(f"  5xx                   {s['server_5xx']}")
     ra = (s["retry_after_min"], s["retry_after_p50"], s["retry_after_max"])
     print(f"  Retry-After min/p50/max  {ra[0]} / {ra[1]} / {ra[2]} s")

@@ -75,6 +75,7 @@ def summarise(result: HerdResult, headroom: float, ramp: Sequence[tuple[float, f
         "bound_s": round(bound, 3),
         "drain_ratio": round(drain / bound, 3),
         "attempts": len(herd),
+        "new_attempts": len(bg),
         "edge_peak_to_avg": round(max(window) / mean, 3) if mean else None,
         "edge_per_s_mean": round(mean, 1),
         "status_counts": dict(sorted(Counter(a.status for a in herd + bg).items())),
