@@ -8,6 +8,7 @@ from admitgate import AdmitGate, Settings
 from admitgate.config import capacity_from_config, load
 from admitgate.core.errors import ConfigError
 from admitgate.limit.capacity import LiveCapacity
+from admitgate.limit.delay import QueueDelay
 from admitgate.limit.estimators import BandwidthDelay, Gradient
 
 
@@ -64,7 +65,8 @@ def test_static_rate_without_a_capacity_table() -> None:
     [
         ('[capacity]\nestimator = "vegas"\n', {}, "capacity.estimator"),
         ("[capacity]\nfloor = -1\n", {}, "capacity.floor"),
-        ("[capacity.bdp]\ntolerance = 0\n", {}, "capacity.bdp.tolerance"),
+        ("[capacity.delay]\ntarget = 0\n", {}, "capacity.delay.target"),
+        ('[capacity]\nestimator = "bdp"\n[capacity.bdp]\ntolerance = 0\n', {}, "capacity.bdp.tolerance"),
         ("[capacity]\nflor = 1\n", {}, "capacity.flor"),
         ("[gate]\nburst = 'x'\n", {}, "gate.burst"),
         ("[gaet]\n", {}, "gaet"),
@@ -85,8 +87,9 @@ def test_missing_file() -> None:
         load("/nonexistent/admitgate.toml", env={})
 
 
-def test_capacity_defaults_to_bdp() -> None:
-    assert isinstance(capacity_from_config({}).estimator, BandwidthDelay)
+def test_capacity_defaults_to_the_delay_estimator() -> None:
+    assert isinstance(capacity_from_config({}).estimator, QueueDelay)
+    assert isinstance(capacity_from_config({"estimator": "bdp"}).estimator, BandwidthDelay)
 
 
 def test_everything_code_can_pass_can_be_set_from_the_environment(caplog) -> None:

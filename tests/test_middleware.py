@@ -468,8 +468,9 @@ async def test_a_static_rate_records_no_probes(clock: ManualClock, sleep) -> Non
 
 @pytest.mark.anyio
 async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_leaves(clock: ManualClock) -> None:
-    """Ten requests held for room under the in-flight limit wake at the same instant after one answer (a real event
-    loop runs every timer that is due in one pass). The answer leaves room for two: two go in, eight are held on.
+    """Ten requests held for room under the in-flight limit. One answer leaves room for two (the limit grows by one
+    as it frees its place): two holds are woken at once and go in, the newest first; eight are held on, and when all
+    wake together at their timers (a real event loop runs every timer that is due in one pass) no more goes in.
     (A hold let in was counted in flight only once its watcher's task group had exited, an await later: each of
     the ten found the same room free, and all ten went in, 13 in flight under a limit of 5.)"""
     from admitgate.limit.capacity import LiveCapacity
@@ -477,7 +478,7 @@ async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_l
 
     ticks = [anyio.Event()]
 
-    async def sleep(seconds: float) -> None:  # every hold wakes at the next tick, together
+    async def sleep(seconds: float) -> None:  # every hold sleeps until the next tick, together
         await ticks[-1].wait()
 
     def tick(seconds: float) -> None:
@@ -486,8 +487,10 @@ async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_l
         ticks[-2].set()
 
     answers: list[anyio.Event] = []
+    order: list[int] = []
 
     async def service(scope, receive, send):
+        order.append(int(scope["query_string"] or b"0"))
         answered = anyio.Event()
         answers.append(answered)
         await answered.wait()
@@ -498,14 +501,17 @@ async def test_holds_woken_together_take_no_more_room_in_flight_than_the_limit_l
     app = AdmitGate(service, rate=source, clock=clock, sleep=sleep, settings=Settings(burst=50, max_pacing_delay=1.0))
     probes = app.gate.probes
     async with anyio.create_task_group() as group:
-        for _ in range(14):
-            group.start_soon(call, app, http_scope())
-        await anyio.wait_all_tasks_blocked()
+        for i in range(14):
+            scope = http_scope()
+            scope["query_string"] = str(i).encode()
+            group.start_soon(call, app, scope)
+            await anyio.wait_all_tasks_blocked()
         assert (len(answers), probes.inflight, probes.limit, app.gate.waiters) == (4, 4, 4.0, 10)
-        answers[0].set()  # one answer: three in flight, and a limit of five
+        answers[0].set()  # one answer: three in flight, a limit of five, and two woken to go in
         await anyio.wait_all_tasks_blocked()
-        assert (probes.inflight, probes.limit) == (3, 5.0)
-        tick(0.02)
+        assert (len(answers), probes.inflight, probes.limit, app.gate.waiters) == (6, 5, 5.0, 8)
+        assert order[4:] == [13, 12]  # (the newest held first: adaptive LIFO)
+        tick(0.02)  # every hold wakes at once: no room, held on
         await anyio.wait_all_tasks_blocked()
         assert (len(answers), probes.inflight, app.gate.waiters) == (6, 5, 8)
         group.cancel_scope.cancel()

@@ -33,6 +33,9 @@ from tests.test_middleware import call, http_scope
 DEFAULT = DEFAULT_CLASSES["default"]
 CRITICAL = DEFAULT_CLASSES["critical"]
 HISTORY, SLACK, ROOM_WAIT = FAIR.history, FAIR.slack, GATE.room_wait
+#: The pacing window these tests hold requests for (longer than the default's half second): the fair share's
+#: mechanisms are pinned at it.
+HOLD = 1.5
 
 
 def scope(name: str | None) -> str | None:
@@ -41,8 +44,9 @@ def scope(name: str | None) -> str | None:
 
 
 def table(rate: float = 100.0, **tenancy: object) -> Tenants:
-    """A table at ``rate`` requests/s, closed unless ``open_below`` says (the pools' own contract)."""
-    root = Gate(rate, Settings(tarpit=0.0))
+    """A table at ``rate`` requests/s, closed unless ``open_below`` says (the pools' own contract), holding requests
+    up to 1.5 s (the window its mechanisms are pinned at, longer than the default's)."""
+    root = Gate(rate, Settings(tarpit=0.0, max_pacing_delay=HOLD))
     return Tenants(Tenancy(**{"open_below": 0.0, **tenancy}), root)  # type: ignore[arg-type]
 
 
@@ -497,7 +501,9 @@ def test_a_request_that_finds_no_room_in_flight_closes_the_open_table_and_is_hel
     on the replica's own gate instead, a herd's first wave took places in the replica's schedule, where its tenant's
     pool never saw them, and the table stayed open: the simulator's tenant herd drained at 1.087 of its bound, worst
     seed 1.368, against 1.054 without the limit.)"""
-    root = Gate(LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4), Settings(tarpit=0.0))
+    root = Gate(
+        LiveCapacity(Static(100.0), initial=100.0, inflight_floor=4), Settings(tarpit=0.0, max_pacing_delay=HOLD)
+    )
     tenants = Tenants(Tenancy(open_below=0.5, establish=1), root)
     Run(tenants).send("modest", 0.0, 3, 30).go()
     assert not tenants.closed and root.pacer.tokens(3.0) >= 1  # open, with tokens to spare
@@ -506,7 +512,8 @@ def test_a_request_that_finds_no_room_in_flight_closes_the_open_table_and_is_hel
     assert root.full
     d = tenants.admit(1.0, DEFAULT, 3.0, lambda: "c1", scope("herd"))
     assert tenants.closed
-    assert d.verdict is Verdict.PACE and d.delay == ROOM_WAIT and d.pool is not None and d.pool is not root
+    assert d.verdict is Verdict.PACE and d.room and d.pool is not None and d.pool is not root
+    assert d.delay == pytest.approx(root.room_hold)  # (held for the rest of its window: woken when room comes)
 
 
 def test_the_table_opens_again_once_the_tenants_ask_little_and_nobody_is_turned_away() -> None:
@@ -568,7 +575,7 @@ def test_a_pool_woken_as_the_table_closes_after_mu_moved_gets_its_share_in_the_u
     waking pool was given half of the new capacity beside shares that still summed to the old one, which had
     doubled meanwhile (300/s on a 200/s replica until the next reallocation)."""
     source = Rate(100.0)
-    tenants = Tenants(Tenancy(establish=1, open_below=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(establish=1, open_below=0.5), Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD)))
     Run(tenants).send("a", 0.0, 3, 20).go()
     assert not tenants.closed
     source.value = 200.0  # the estimator doubles μ while the table is open
@@ -588,7 +595,7 @@ def test_a_tenant_that_opens_and_closes_the_table_in_turn_gets_no_more_than_the_
     then its own pool's, and kept a trickle between (its pool stayed awake, at all of the capacity), was admitted
     twice the burst at each close, and over a minute 7,683 requests on a 100/s replica whose burst is 200
     (bound: 6,200; 6,771 with the pools' buckets emptied at the close alone)."""
-    root = Gate(100.0, Settings(tarpit=0.0, burst=200.0))
+    root = Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=200.0))
     tenants = Tenants(Tenancy(establish=1, open_below=0.5), root)
     run = Run(tenants).send("a", 0.0, 60, 2)
     for start in range(5, 60, 3):
@@ -644,7 +651,9 @@ def test_tenants_waking_in_turn_are_admitted_within_the_one_bucket(tenants_: int
     requests in 60 s where the bound is 6,010, up to 851 beyond rate·t in one stretch (found in review)."""
     arrivals = [(c * period + i * period / tenants_ + j * 0.0005, f"t{i}")
                 for c in range(int(30 / period)) for i in range(tenants_) for j in range(burst)]  # fmt: skip
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    tenants = Tenants(
+        Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0))
+    )
     assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
@@ -665,7 +674,10 @@ def test_across_openings_and_closings_admissions_stay_within_the_bound_the_close
     arrivals = [(start + k * length / n, name) for start, name, n, length in bursts for k in range(n)]
     beyond = []
     for open_below in (0.0, 0.5):
-        tenants = Tenants(Tenancy(establish=1, open_below=open_below), Gate(rate, Settings(tarpit=0.0, burst=burst)))
+        tenants = Tenants(
+            Tenancy(establish=1, open_below=open_below),
+            Gate(rate, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=burst)),
+        )
         beyond.append(_beyond(_admissions(tenants, arrivals), rate))
     assert beyond[1] <= max(beyond[0], burst) + burst / 2 + 6
 
@@ -783,7 +795,7 @@ def test_a_pool_that_sheds_tells_the_live_estimator_that_demand_is_above_its_rat
     from admitgate import BandwidthDelay, LiveCapacity
 
     source = LiveCapacity(BandwidthDelay(seed=1), initial=10)
-    root = Gate(source, Settings(tarpit=0.0))
+    root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
     tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
     for i in range(50):  # far above 10/s at one instant: paced, then rejected
         tenants.admit(1.0, DEFAULT, 0.0, lambda i=i: i, scope("big"))
@@ -798,7 +810,9 @@ def test_the_pools_rates_follow_the_capacity_between_reallocations_in_proportion
     herd (drained at 1.104 of the bound, median of 16 seeds, worst 1.231; with it 1.077, worst 1.111)."""
 
     source = Rate(100.0)
-    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(
+        Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
+    )
     Run(tenants).send("a", 0, 2, 150).send("b", 0, 2, 30).go()
     pools = tenants.pools(2.0)
     values = {pool.name: pool.share.value for pool in pools}
@@ -822,7 +836,9 @@ def test_a_cut_between_reallocations_comes_out_of_the_pools_not_given_all_they_a
     beside a herd's was cut below what it asked, and (in the simulator's tenant herd started at the capacity, seed
     7) one of its requests was turned away after waiting out its pacing window."""
     source = Rate(200.0)
-    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(
+        Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
+    )
     Run(tenants).send("herd", 0, 2, 400).send("small", 0, 2, 10).go()
     pools = {pool.name: pool for pool in tenants.pools(2.0)}
     herd, small = pools["herd"].share, pools["small"].share
@@ -868,7 +884,7 @@ def test_between_reallocations_the_pools_rates_sum_to_the_roots_and_a_cut_spares
     root's rate × their sum over the basis, as in proportion; a rise is in proportion; a kept pool is never cut
     more than in proportion, and while any is spared, each other pool keeps more per weight than any kept pool."""
     basis = 200.0
-    root = Gate(Rate(basis), Settings(tarpit=0.0))
+    root = Gate(Rate(basis), Settings(tarpit=0.0, max_pacing_delay=HOLD))
     split = Split()
     shares = []
     for value, weight, kept in pools:
@@ -914,7 +930,7 @@ def test_the_split_follows_the_pools_through_requests_wake_ups_and_moves_of_the_
     reallocation, times their shares): a cut is only shared differently."""
     source = Rate(200.0)
     tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5, weights={"a": weight}),
-                      Gate(source, Settings(tarpit=0.0)))  # fmt: skip
+                      Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD)))  # fmt: skip
     now = 0.0
     for name, gap, rate in events:
         now += gap
@@ -942,7 +958,9 @@ def test_a_pool_woken_between_reallocations_gets_its_part_of_the_burst_at_the_sh
     halved (and the pool it reclaimed from) got twice their parts: 40 tokens at once where the root's is 20."""
 
     source = Rate(200.0)
-    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(
+        Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
+    )
     Run(tenants).send("a", 0, 1.8, 100).go()  # "a" holds all of 200/s (its demand, 100/s, and room to grow)
     source.value = 100.0
     tenants.root.next_refresh = 1.9
@@ -963,7 +981,9 @@ def test_a_waking_tenant_takes_back_only_what_the_others_do_not_use_in_requests_
     """Between reallocations a share is a part of μ as of the last one (see Share), and what a pool uses is
     measured in requests/s: a tenant woken after μ had halved cut the pool using all of it (100/s) to 63/s."""
     source = Rate(200.0)
-    tenants = Tenants(Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0)))
+    tenants = Tenants(
+        Tenancy(open_below=0.0, establish=1, interval=0.5), Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
+    )
     Run(tenants).send("a", 0, 1.8, 100).go()
     source.value = 100.0
     tenants.root.next_refresh = 1.9
@@ -1095,7 +1115,7 @@ def test_a_waking_tenant_finds_the_spare_share_behind_any_number_of_idle_pools()
 
 def test_places_beyond_max_retry_after_in_a_tenants_schedule_are_counted_with_the_roots() -> None:
     """The schedule-overflow counter (metrics read the root's stats) covers the tenants' schedules."""
-    root = Gate(10.0, Settings(tarpit=0.0, max_retry_after=5))
+    root = Gate(10.0, Settings(tarpit=0.0, max_pacing_delay=HOLD, max_retry_after=5))
     tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
     decisions = [tenants.admit(1.0, DEFAULT, 0.0, lambda k=k: f"c{k}", scope("a")) for k in range(200)]
     assert max(d.retry_after for d in decisions) <= 5
@@ -1203,7 +1223,9 @@ def test_light_tenants_waking_together_beside_a_busy_one_are_admitted_within_the
     arrivals = [(k / 200.0, "busy") for k in range(8 * 200)]
     for i in range(60):
         arrivals += [(1.0 + i * 0.01, f"l{i}"), (5.0 + i * 0.0002, f"l{i}")]
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    tenants = Tenants(
+        Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0))
+    )
     assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
@@ -1212,7 +1234,7 @@ def test_tenants_established_together_beside_a_busy_one_are_measured_over_what_t
     one asking 200/s of 100/s. A new pool's demand is measured from its requests as a newcomer on: measured from
     the moment since the last reallocation alone, each was one request in 0.05 s, 20/s, the busy pool was cut to
     its entitlement, and the table admitted 12, 8 and 27 requests in seconds 4, 5 and 6."""
-    tenants = Tenants(Tenancy(open_below=0.0), Gate(100.0, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(open_below=0.0), Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD)))
     arrivals = [(k / 200.0, "busy") for k in range(10 * 200)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + 2.0 * c, f"l{i}") for c in range(5)]
@@ -1231,7 +1253,10 @@ def test_light_tenants_keep_their_pools_between_their_requests_and_are_served_af
         def rate(self, now: float) -> float:
             return 25.0 if 10.0 <= now < 20.0 else 100.0
 
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(Cut(), Settings(tarpit=0.0, burst=10.0, growth=0.0)))
+    tenants = Tenants(
+        Tenancy(establish=1, open_below=0.0),
+        Gate(Cut(), Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0, growth=0.0)),
+    )
     arrivals = [(k / 300.0, "busy") for k in range(22 * 300)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"l{i}") for k in range(11)]
@@ -1266,7 +1291,9 @@ def test_light_tenants_coming_back_in_turn_are_admitted_within_the_one_bucket(li
     arrivals = [(k / busy, "busy") for k in range(int(20 * busy))]
     for i in range(light):
         arrivals += [(1.0 + i * 0.01 + k * period, f"l{i}") for k in range(int(19 / period))]
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, burst=10.0)))
+    tenants = Tenants(
+        Tenancy(establish=1, open_below=0.0), Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0))
+    )
     assert _beyond(_admissions(tenants, arrivals), 100.0) <= 10.0 + 1.0
 
 
@@ -1317,7 +1344,7 @@ def test_a_tenant_asking_every_few_seconds_that_bursts_is_measured_again_and_giv
     clients = [(k / 200.0, "busy", False) for k in range(30 * 200)]
     clients += [(k * 0.01, "x", False) for k in range(3)] + [(8.0, "x", False)]
     clients += [(10.2 + j * 1e-5, "x", herd) for j in range(300)]
-    tenants = Tenants(Tenancy(open_below=0.0), Gate(100.0, Settings(tarpit=0.0)))
+    tenants = Tenants(Tenancy(open_below=0.0), Gate(100.0, Settings(tarpit=0.0, max_pacing_delay=HOLD)))
     admitted, rejected = _obeying(tenants, clients, 30.0)
     busy = [t for t, name in admitted if name == "busy"]
     if herd:
@@ -1631,7 +1658,7 @@ def test_a_tenant_new_in_an_outage_is_told_its_place_and_nothing_fails() -> None
     new in the outage, had no peak of H to wait the outage out at: telling its clients divided by zero, and the
     request failed (a 500 through the middleware)."""
     source = Rate(100.0)
-    root = Gate(source, Settings(tarpit=0.0))
+    root = Gate(source, Settings(tarpit=0.0, max_pacing_delay=HOLD))
     tenants = Tenants(Tenancy(open_below=0.0, establish=1), root)
     Run(tenants).send("a", 0.0, 2.0, 50).go()
     source.value = 20.0  # below a quarter of the peak: an outage
@@ -1652,7 +1679,9 @@ def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_n
     request is one whatever the route's cost (of 2 tokens: 20, 8 and 54 when a lone request was counted in tokens,
     found in review)."""
     rate = 100.0 * cost  # (requests of ``cost`` tokens: 100 of them a second)
-    tenants = Tenants(Tenancy(establish=1, open_below=0.0), Gate(rate, Settings(tarpit=0.0, burst=10.0 * cost)))
+    tenants = Tenants(
+        Tenancy(establish=1, open_below=0.0), Gate(rate, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0 * cost))
+    )
     arrivals = [(k / 300.0, "busy") for k in range(10 * 300)]
     for i in range(50):
         arrivals += [(i * 2.0 / 50 + k * 2.0, f"light-{i}") for k in range(5)]

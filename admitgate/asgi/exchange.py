@@ -19,14 +19,16 @@ class Exchange:
     (``limit``, made then: an admitted request, with ``HeaderPolicy(on_admit=True)``), then the quota's fields
     (``quota``: every response of a request its quota allowed, the gate's rejection too), each merged into the
     exposed fields (``exposed``); and with ``probes`` it tells them the request is answered, from which on the
-    in-flight limit leaves it out (its body may stream on)."""
+    in-flight limit leaves it out (its body may stream on), and tells its decider (``room``) that room in flight
+    may have come then and when it ends (holds waiting for room are woken)."""
 
-    __slots__ = ("downstream", "exposed", "limit", "probes", "quota", "status")
+    __slots__ = ("downstream", "exposed", "limit", "probes", "quota", "room", "status")
 
     def __init__(self, send: Send, exposed: Sequence[str], quota: list[Header] | None = None) -> None:
         self.downstream, self.exposed, self.quota = send, exposed, quota
         self.limit: Callable[[], list[Header]] | None = None
         self.probes: Probes | None = None
+        self.room: Callable[[], None] | None = None
         self.status = 0  #: the response's status, once it has begun (0 until then)
 
     def send(self, message: Message) -> Awaitable[None]:
@@ -36,6 +38,8 @@ class Exchange:
             self.status = message.get("status", 0)
             if self.status:  # answered: its body may stream on, but the in-flight limit leaves it out
                 probes.answered += 1
+                if self.room is not None:
+                    self.room()
         if message["type"] == "http.response.start":
             if self.limit is not None:
                 message["headers"] = merge_expose([*message.get("headers", ()), *self.limit()], self.exposed)
@@ -59,12 +63,20 @@ class Exchange:
             await app(scope, receive, self.send)
         except Exception:
             probes.fail(clock(), bool(self.status))
+            self._freed()
             raise
         except BaseException:
             probes.cancel(clock(), bool(self.status))
+            self._freed()
             raise
         end = clock()
         if self.status:
             probes.complete(end - now, self.status, end, True)
         else:  # returned without a response
             probes.cancel(end)
+        self._freed()
+
+    def _freed(self) -> None:
+        """The request is out of flight: room may have come for a hold waiting for it."""
+        if self.room is not None:
+            self.room()

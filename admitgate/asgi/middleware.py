@@ -35,6 +35,7 @@ from .cors import AppCors, is_preflight
 from .exchange import Exchange
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
+from .lag import LagMonitor
 from .limits import Limits, Refusal
 from .pacing import hold
 from .quota import Quota
@@ -135,6 +136,10 @@ class AdmitGate:
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule, self._take = self.router.cache.get, self.decider.try_take
         self._on_admit, self._probes = self.headers.on_admit, self.gate.probes
+        #: the event loop's lag, measured for an estimator that reads it (started at the lifespan's start-up, or by
+        #: the first request served)
+        reads_lag = getattr(self.gate.capacity_source, "reads_lag", False)  # (a LiveCapacity's estimator's say)
+        self._lag = LagMonitor(self._probes, clock) if reads_lag and self._probes is not None else None
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
@@ -216,7 +221,12 @@ class AdmitGate:
             exchange = self.responses.exchange(scope, send)
         if self._on_admit:
             exchange.limit = partial(self.responses.limit_fields, tenant)
-        exchange.probes = self._probes
+        probes = exchange.probes = self._probes
+        if probes is not None:
+            exchange.room = self.decider.room_freed
+            lag = self._lag
+            if lag is not None and not lag.running:
+                lag.start()
         await exchange.serve(self.app, scope, receive, self.clock, now, entered)
 
     async def _settle(
@@ -245,16 +255,21 @@ class AdmitGate:
         return None
 
     def _lifespan(self, receive: Receive) -> Receive:
-        """Start the lease loop and the metrics sync at start-up (not at the first request); stop at shutdown."""
+        """Start the lease loop, the metrics sync and the lag monitor at start-up (not at the first request); stop
+        them at shutdown."""
 
         async def lifespan_receive() -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self._lag is not None:
+                    self._lag.start()
                 if self.backend is not None:
                     self.backend.start()
                 if self._sync is not None:
                     self._sync.start()
             elif message["type"] == "lifespan.shutdown":
+                if self._lag is not None:
+                    self._lag.stop()
                 if self.backend is not None:
                     await self.backend.stop()
                 if self._sync is not None:
@@ -315,7 +330,8 @@ class AdmitGate:
         lease loop's and metrics' start-up and shutdown."""
         if scope["type"] == "websocket" and self.gate_websockets:
             await self._websocket(scope, receive, send)
-        elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None):
+        elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None or
+                                              self._lag is not None):  # fmt: skip
             await self.app(scope, self._lifespan(receive), send)
         else:
             await self.app(scope, receive, send)

@@ -65,7 +65,7 @@ async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, sc
                 if watch is not None:
                     watching.start_soon(watch, watching.cancel_scope)
                 while held is not None and held.verdict is Verdict.PACE and held.delay:
-                    await sleep(held.delay)
+                    await _sleep(gate, sleep, held)
                     held = gate.end_hold(held, clock())
                 over = True
                 entered = _enter(held, probes, clock)  # (now: the task group's exit below is an await)
@@ -84,6 +84,36 @@ async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, sc
             current = gate.end_hold(held, clock(), watch.gone)
             entered = _enter(current, probes, clock)
     return current, receive if watch is None else watch.replayed()
+
+
+async def _sleep(gate: Decider, sleep: Sleep, held: Decision) -> None:
+    """Sleep out a hold's delay; a hold waiting for room in flight is woken sooner when its decider has room."""
+    if not held.room:
+        await sleep(held.delay)
+        return
+    with anyio.CancelScope() as woken:
+        wake = _Wake(woken)
+        gate.wait_room(wake)
+        try:
+            await sleep(held.delay)
+        finally:
+            wake.over = True
+
+
+class _Wake:
+    """Ends the sleep of a hold waiting for room (cancels its scope) when called; False once the hold is over."""
+
+    __slots__ = ("over", "scope")
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope, self.over = scope, False
+
+    def __call__(self) -> bool:
+        if self.over:
+            return False
+        self.over = True
+        self.scope.cancel()
+        return True
 
 
 async def _tarpit(gate: Decider, clock: Clock, sleep: Sleep, rejection: Decision) -> Decision | None:

@@ -56,6 +56,9 @@ class Decision:
     #: PACE: its own token came due while the replica's bucket (Parent.bucket) was short: its token's place there,
     #: reserved then (in once it is due at the rate in force, with room in flight, within its window; else given up)
     guard: float | None = None
+    #: PACE: it waits for room in flight for at most ``delay`` s: whoever holds it ends the hold sooner when its
+    #: decider says room may have come (see :meth:`Decider.wait_room`)
+    room: bool = False
 
 
 ADMITTED = Decision(Verdict.ADMIT)
@@ -113,4 +116,13 @@ class Decider(Protocol):
 
     def limit_of(self, tenant: str | None, now: float) -> tuple[TokenPacer, float]:
         """The bucket an admitted response's rate-limit fields show, and the limit they state (requests/s)."""
+        ...
+
+    def wait_room(self, wake: Callable[[], bool]) -> None:
+        """Call ``wake`` when room in flight may have come, for a hold of :attr:`Decision.room` (the newest first);
+        ``wake`` returns False if its hold is over already, and the room goes to the next."""
+        ...
+
+    def room_freed(self) -> None:
+        """Room in flight may have come (a response began or ended): wake as many holds waiting for it as fit."""
         ...

@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import math
 from bisect import bisect_left
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from .decision import ADMITTED, PACING_BOUNDS, Decision, Identify, Verdict
 from .pacer import TokenPacer
@@ -125,6 +125,8 @@ class Gate(GateRates):
 
     def _new_request(self, key: Hashable | None, cost: float, reserve: float, now: float) -> Decision:
         """A first attempt that found no free token: a reserved token within the pacing window, or a place."""
+        if self.probes is not None:  # (demand beyond the rate or the room: what an estimator calls limiting)
+            self.probes.limited()
         pacer = self.pacer
         keep = reserve * pacer.burst
         if now >= self._clear_at:  # the bucket's debt has been repaid since the last one: a new queue
@@ -161,7 +163,7 @@ class Gate(GateRates):
         due = schedule.due_in(place[0], now)
         if due <= DUE_SLACK:
             return self._turn(key, place, cost, reserve, now, since)
-        left = self.max_pacing_delay - (now - since)
+        left = self.place_hold - (now - since)
         soon = min(due, (place[0] - schedule.head(now)) / self._promise)
         if soon <= left and self.waiters < self.max_waiters:
             return self._pace(min(due, left), now, key, cost, reserve, place, None, since, held=now > since)
@@ -182,7 +184,9 @@ class Gate(GateRates):
         longest = self.max_pacing_delay if self.waiters < self.max_waiters else 0.0
         token = pacer.reserve(cost, now, longest, reserve * pacer.burst)  # (not try_take: counted already)
         if token is None:
-            left = self.max_pacing_delay - (now - since)
+            if self.probes is not None:  # (its place is due, the rate is short)
+                self.probes.limited()
+            left = self.place_hold - (now - since)
             if left > self.refresh_interval and self.waiters < self.max_waiters:
                 return self._pace(self.refresh_interval, now, key, cost, reserve, place, None, since)
             return self._reject(key, (schedule.head(now), place[1], place[2]), now, early=False)
@@ -203,9 +207,9 @@ class Gate(GateRates):
         (short of the replica's bucket only: its token reserved there at once), and with no window at all (0: pacing
         off) turned away at once as :meth:`_in` turns a hold away."""
         room = token is not None and wait <= DUE_SLACK and self._shut(cost, now, reserve)  # its token due, no room
-        if room and self.max_pacing_delay - (now - since) <= DUE_SLACK:
+        if room and self.room_hold - (now - since) <= DUE_SLACK:
             self.pacer.give(cost, now)
-            return self._reject(key, (self.schedule.head(now), cost, now), now, early=False)
+            return self._requeue(key, cost, now)
         self.waiters += 1
         spot, delay = None, min(wait, self.recheck)
         if room:
@@ -213,18 +217,16 @@ class Gate(GateRates):
             if reserved is not None:  # (the replica's bucket is short: its token there, as in _in; the wait planned)
                 spot, wait = reserved
                 delay = min(wait, self.recheck)
-            else:
-                delay = min(self.tuning.room_wait, self.max_pacing_delay - (now - since))
+            else:  # no room in flight: held for the rest of its window, woken when room may have come (wait_room)
+                delay = self.room_hold - (now - since) if self.full else self.tuning.room_wait
         elif delay <= DUE_SLACK and self._shut(cost, now, reserve):  # (a returner whose window ends before its place)
             delay = self.tuning.room_wait
         if not held:
             pacing = self.stats.pacing
             pacing.counts[bisect_left(PACING_BOUNDS, wait)] += 1
             pacing.seconds += wait
-            if self.probes is not None:
-                self.probes.limited()
         return Decision(Verdict.PACE, delay, 0, self.schedule.rate, key, cost, reserve, place, token, self.pacer.epoch,
-                        since, now + wait, guard=spot)  # fmt: skip
+                        since, now + wait, guard=spot, room=room and spot is None and self.full)  # fmt: skip
 
     def limit_of(self, tenant: str | None, now: float) -> tuple[TokenPacer, float]:
         """The bucket an admitted response's rate-limit fields show (this gate's), and its rate."""
@@ -257,7 +259,7 @@ class Gate(GateRates):
     def _room_left(self, decision: Decision, now: float) -> bool:
         """A hold waiting for room may wait ``room_wait`` more: within its window, and a waiter's slot free."""
         wait = self.tuning.room_wait
-        return now - decision.since + wait <= self.max_pacing_delay + DUE_SLACK and self.waiters < self.max_waiters
+        return now - decision.since + wait <= self.room_hold + DUE_SLACK and self.waiters < self.max_waiters
 
     def _let_in(self, cost: float, now: float) -> Decision:
         """A request goes in: charged to the replica's bucket too, in a tenants' pool (see :attr:`guard`)."""
@@ -282,19 +284,43 @@ class Gate(GateRates):
             self.waiters += 1
             return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=self.pacer.epoch,
                                        until=now + due, guard=place)  # fmt: skip
-        if self._room_left(decision, now):
+        if self._room_left(decision, now):  # (for room in flight: woken when it may have come; else it polls)
             self.waiters += 1
-            return dataclasses.replace(decision, delay=self.tuning.room_wait, token=token, epoch=self.pacer.epoch,
-                                       until=now)  # fmt: skip
+            full = self.full
+            delay = self.room_hold - (now - decision.since) if full else self.tuning.room_wait
+            return dataclasses.replace(decision, delay=delay, token=token, epoch=self.pacer.epoch, until=now,
+                                       room=full)  # fmt: skip
         self.pacer.give(decision.cost, now)
-        return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
+        return self._requeue(decision.key, decision.cost, now)
+
+    def _requeue(self, key: Hashable | None, cost: float, now: float) -> Decision:
+        """A hold turned away (no room in flight within its window, or its token would now come too late): the next
+        place in the schedule, as a request that found no token is given. (At the head, a crowd turned away at once,
+        as a herd held for room at an unknown capacity is, was told one second all together.)"""
+        return self._reject(key, (self.schedule.take(cost, now, 0.0), cost, now), now, early=False)
+
+    def wait_room(self, wake: Callable[[], bool]) -> None:
+        """Call ``wake`` when room in flight may have come (see :meth:`room_freed`)."""
+        self._room_waiters.append(wake)
+
+    def room_freed(self) -> None:
+        """Room in flight may have come: wake as many holds waiting for it as fit, the newest first (Facebook's
+        adaptive LIFO: while a queue stands, the newest requests' clients are the ones still waiting)."""
+        waiting, bound = self._room_waiters, self.bound
+        if not waiting or bound is None:
+            return
+        free = bound.limit - (bound.inflight - bound.answered)
+        while waiting and free >= 1:
+            if waiting.pop()():
+                free -= 1
 
     def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
         """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
         schedule, stats = self.schedule, self.stats
         work = place[0] - schedule.head(now)  # tokens ahead of this place
         promise = self._promise
-        seconds = forecast(work / promise, self.growth)
+        # (no capacity measured yet: ask again in a second, when it will be, and keep the place)
+        seconds = forecast(work / promise, self.growth) if self.known else self.lead + 1.0
         if self._peak > 0 and self._level > 0 and (self.collapsed or self._level < self.tuning.collapse * self._peak):
             at_peak = work / (self._peak * promise / self._level)  # (this replica's part of it)
             # In an outage, capacity may come back at any moment. Otherwise μ stands and H does not: new arrivals
@@ -322,8 +348,6 @@ class Gate(GateRates):
         if key is not None:
             schedule.hold(key, (place[0], place[1], now + hold + retry_after), now)
         stats.rejected += 1
-        if self.probes is not None:
-            self.probes.limited()
         return Decision(Verdict.REJECT, hold, retry_after, schedule.rate, key)
 
     def _overflow(self, retry_after: int) -> int:
@@ -380,8 +404,8 @@ class Gate(GateRates):
         else:  # the rate was cut while it was held: reserve again, behind those reserved before it
             left = max(0.0, self.max_pacing_delay - (now - decision.since))
             token = pacer.reserve(decision.cost, now, left, decision.reserve * pacer.burst)
-            if token is None:  # too long a wait now: wait at the head of the schedule instead
-                return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
+            if token is None:  # too long a wait now: a place in the schedule instead
+                return self._requeue(decision.key, decision.cost, now)
             due = pacer.due_in(token, now)
         if due <= DUE_SLACK:
             return self._in(decision, token, now)
@@ -389,15 +413,15 @@ class Gate(GateRates):
             self.waiters += 1
             return dataclasses.replace(decision, delay=min(due, self.recheck), token=token, epoch=pacer.epoch,
                                        until=now + due)  # fmt: skip
-        # The rate fell (less than a deep cut) and its token would come too late: it waits at the head of the
-        # schedule instead. In a tenant's pool its place on the refill axis goes to the next request reserved (see
+        # The rate fell (less than a deep cut) and its token would come too late: it takes a place in the schedule
+        # instead. In a tenant's pool its place on the refill axis goes to the next request reserved (see
         # TokenPacer.release): there the rate moves with the shares, and each token left unused was capacity lost
         # (20 of a busy tenant's 70/s). Elsewhere the rate fell because the capacity is thought to have: its token
         # goes unused once, as a real bucket's would (reused, the live estimator's trials settled a doubled capacity
         # in 5.1 s, median of five seeds, against 4.6 s and the 5 s asked).
         if self.parent is not None:
             pacer.release(decision.cost, now, token)  # (this epoch's: reserved again above if it was not)
-        return self._reject(decision.key, (self.schedule.head(now), decision.cost, now), now, early=False)
+        return self._requeue(decision.key, decision.cost, now)
 
     def _replica_due(self, decision: Decision, place: float, guard: TokenPacer, now: float) -> Decision:
         """A hold whose own token came due while the replica's bucket was short, its token reserved there at

@@ -3,9 +3,10 @@
 :class:`Probes` aggregates, in O(1) per request and in bounded memory, the four signals the
 capacity estimators read: in-flight concurrency at admission, latency from admission to the end of
 the response body (streaming bodies included), the outcome (success; an app error; a 5xx, the drop
-signal) and pacing delay. Requests the client abandoned, or that were cancelled, release their
-in-flight place but give no latency sample: how long an abandoned request ran says nothing about
-the service.
+signal) and pacing delay; beside them, how late the event loop ran a timer (:meth:`Probes.lag`, reported by the
+middleware's lag monitor: for a CPU-bound app the loop is the queue, before any request reaches the gate).
+Requests the client abandoned, or that were cancelled, release their in-flight place but give no latency sample:
+how long an abandoned request ran says nothing about the service.
 
 The probes also keep the *in-flight limit* when a live capacity asks for one (:meth:`Probes.bound`): how
 many requests the service has been seen to hold, which the gate does not admit beyond. It starts at its
@@ -57,6 +58,7 @@ class Bucket:
     inflight: int = 0  # in flight when the bucket closed
     busy: float = 0.0  # time-average of requests in flight over the bucket
     shed: int = 0  # requests the gate paced or rejected in the bucket (demand above the rate)
+    lag: float = 0.0  # the longest event-loop lag seen in the bucket, seconds (see Probes.lag)
 
 
 class Probes:
@@ -81,6 +83,7 @@ class Probes:
         "_errors",
         "_halved",
         "_index",
+        "_lag",
         "_latency",
         "_next",
         "_served",
@@ -95,6 +98,7 @@ class Probes:
         "floor",
         "histogram",
         "inflight",
+        "lag_due",
         "limit",
         "ring",
         "width",
@@ -109,7 +113,10 @@ class Probes:
         self.inflight = 0
         self.answered = 0  #: requests in flight whose response has begun (see the class docstring)
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
-        self._latency = 0.0
+        self._latency = self._lag = 0.0  # (the lag: the longest the event loop was late in the bucket, seconds)
+        #: when the event-loop lag monitor's next run is due (seconds; inf without one): a bucket that closes past it
+        #: with no report has a lag of at least the time since
+        self.lag_due = math.inf
         self._area, self._t = 0.0, now  # in-flight × seconds so far in the bucket, and when it was last moved
         # lifetime totals of closed buckets (the properties below add the open one)
         self._total = self._total_drops = self._total_errors = 0
@@ -190,6 +197,18 @@ class Probes:
         self._t = now
         self.inflight = inflight - 1
 
+    def lag(self, seconds: float, now: float) -> None:
+        """The event loop ran a timer ``seconds`` late at ``now``: ready work waited that long for the loop."""
+        if now >= self._next:
+            self.roll(now)
+        if seconds > self._lag:
+            self._lag = seconds
+
+    def silent(self, now: float) -> bool:
+        """Requests are in flight and none has been answered for twice the latency of the slowest recent answer:
+        the service has stalled (or stopped: an outage beginning)."""
+        return self.inflight > 0 and now >= self._answers_due
+
     def limited(self) -> None:
         """The gate paced or rejected a request: demand exceeds the rate (the gate counts which, and how long)."""
         self._shed += 1
@@ -227,20 +246,23 @@ class Probes:
             index = self._index + 1
         end = self._next
         busy = (self._area + self.inflight * max(0.0, end - self._t)) / width
+        lag = self._lag if end <= self.lag_due else max(self._lag, end - self.lag_due)
         self.ring.append(Bucket(end, self._completed, self._latency, self._drops, self._errors, self._admitted,
-                                self.inflight, busy, self._shed))  # fmt: skip
+                                self.inflight, busy, self._shed, lag))  # fmt: skip
         self._total += self._completed
         self._total_latency += self._latency
         self._total_drops += self._drops
         self._total_errors += self._errors
         gap = min(index - self._index - 1, self.ring.maxlen or 0)
         for i in range(index - gap, index):
-            self.ring.append(Bucket((i + 1) * width, inflight=self.inflight, busy=float(self.inflight)))
+            end = (i + 1) * width
+            self.ring.append(Bucket(end, inflight=self.inflight, busy=float(self.inflight),
+                                    lag=max(0.0, end - self.lag_due)))  # fmt: skip
         self._index = index
         self._next = (index + 1) * width
         self._area, self._t = 0.0, index * width
         self._completed = self._drops = self._errors = self._admitted = self._shed = 0
-        self._latency = 0.0
+        self._latency = self._lag = 0.0
         floor = self.floor
         if floor is not None:  # the limit's ceiling: GAIN times the mean in flight while the service served
             held = [b.busy for b in islice(reversed(self.ring), self._span) if b.completed > b.drops]

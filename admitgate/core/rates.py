@@ -9,6 +9,8 @@ It reads no clock: every call takes ``now`` (seconds).
 from __future__ import annotations
 
 import math
+from collections import deque
+from collections.abc import Callable
 
 from .budget import Budget
 from .decision import GateStats
@@ -19,7 +21,7 @@ from .pacer import TokenPacer
 from .probes import Probes
 from .schedule import PLACEMENTS, Schedule
 from .settings import MAX_RATE, MIN_RATE, Settings
-from .source import Capacity, RateOf, RateSource, StaticCapacity
+from .source import Capacity, RateOf, RateReading, RateSource, StaticCapacity
 from .tuning import GATE, GateTuning
 
 
@@ -39,7 +41,10 @@ class GateRates:
         s = settings
         burst = max(1.0, initial / tuning.burst_divisor) if s.burst is None else s.burst
         self.max_pacing_delay = s.max_pacing_delay
-        self.lead = min(tuning.lead, self.max_pacing_delay)  # how early before its place a client is told to return
+        #: how early before its place a client is told to come back (none with pacing off: nobody is held)
+        self.lead = tuning.lead if self.max_pacing_delay > 0 else 0.0
+        #: the longest a returning client is held for its place, and a request for room in flight (see _judge_room)
+        self.place_hold = self.room_hold = max(self.max_pacing_delay, self.lead)
         windows = math.ceil(tuning.waiter_windows * initial * s.max_pacing_delay)
         self.max_waiters = max(tuning.min_waiters, windows) if s.max_waiters is None else s.max_waiters
         self.max_retry_after = s.max_retry_after
@@ -68,6 +73,7 @@ class GateRates:
         #: in a tenants' pool, its tie to the replica (its bucket, and what going in on it alone leaves); None elsewhere
         self.parent: Parent | None = None
         self.waiters = 0  #: requests held by pacing now
+        self._room_waiters: deque[Callable[[], bool]] = deque()  # holds waiting for room in flight, oldest first
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -82,6 +88,7 @@ class GateRates:
         self.collapsed = False
         self._calm_at = now  # the last refresh in no outage, with H at `collapse` of its peak or more
         self._believed: float | None = None  # μ as the source believed it at the last refresh (None: the rate)
+        self.known = True  #: the source has measured a capacity (see RateReading.known), as of the last refresh
         self._forecast = 0.0  # the source's forecast growth at the last refresh, per second
         self._promise = initial  # H as promised: from the capacity μ (the head moves at H from the rate)
         self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
@@ -103,6 +110,8 @@ class GateRates:
         rate = reading.rate
         self._believed = reading.capacity
         self._forecast = 0.0 if reading.growth is None else reading.growth
+        self.known = reading.known
+        self._judge_room(reading)
         backend = self.backend
         self._new.update(self.new_requests, now)
         shared = fleet = None
@@ -115,6 +124,8 @@ class GateRates:
             fleet_mu = backend.fleet_rate or rate
         elif rate != self.pacer.rate and 0 < rate < math.inf:
             self.pacer.set_rate(rate, now)
+            if self.settings.burst is None:  # (the burst is a share of a second of the rate in force)
+                self.pacer.set_burst(max(1.0, rate / self.tuning.burst_divisor), now)
         if shared is not None:  # promised at the fleet's share; the head moves at what this replica is granted
             self.schedule.set_rate(min(shared, self._room(self.pacer.rate)), now)
             self._promise = shared
@@ -122,8 +133,11 @@ class GateRates:
             # a herd lands on the others (judged on it, their herd was an outage here, every client told to come
             # back in a second: 11,000 of 20,000 answers on the fleet herd).
             self._level = fleet or shared
-        else:
-            self.schedule.set_rate(self._room(self.pacer.rate), now)
+        elif not self.known:  # no capacity measured: the places wait in their order (clients ask again, _reject)
+            self.schedule.set_rate(self.tuning.unknown, now)
+            self._promise = self.headroom(now)
+        else:  # (never faster than promised: a rate above μ is a probe, for the requests that come, not for places)
+            self.schedule.set_rate(self._room(min(self.pacer.rate, self.capacity)), now)
             self._promise = self.headroom(now)
             whole = reading.whole  # (a tenants' pool: its root's, see Share)
             self._level = self._promise * whole if whole is not None else self._promise
@@ -131,6 +145,19 @@ class GateRates:
         self._judge(now, mu, reading.collapsed, backend is not None and shared is None)
         if self._overflowing and self.schedule.horizon(now) < self._cap:
             self._overflowing = False  # the episode is over: log the next one again
+
+    def _judge_room(self, reading: RateReading) -> None:
+        """How long a request may be held for room in flight (``room_hold``): ``room_latencies`` of the service's
+        latency as the source reads it, no less than a pacing window, and while no capacity is known no less than
+        the lead (the capacity is being measured: a herd held a moment is placed by it, not told to ask again)."""
+        if self.max_pacing_delay <= 0:
+            return
+        hold = self.max_pacing_delay
+        if reading.latency is not None:
+            hold = max(hold, self.tuning.room_latencies * reading.latency)
+        if not reading.known:
+            hold = max(hold, self.lead)
+        self.room_hold = hold
 
     @property
     def new_requests(self) -> int:
@@ -229,7 +256,10 @@ class GateRates:
         if calm:
             self._calm_at = now
         self._struck = cut or (self._struck and not calm)  # (see _reject)
-        if calm or now - self._calm_at >= t.peak_memory:
+        if not self.known:  # (no capacity measured: no peak to remember, nor an outage to judge by it)
+            self._peak = self._top = 0.0
+            self._struck = False
+        elif calm or now - self._calm_at >= t.peak_memory:
             fade = math.exp((self._peak_at - now) / t.peak_memory)
             self._peak = max(self._level, self._peak * fade)
             self._top = max(mu, self._top * fade)

@@ -46,8 +46,10 @@ class Settings:
     """How the gate admits, paces and rejects. Times in seconds, rates in requests/s.
 
     ``burst``: tokens admitted at once from idle, at least 1 (None: a tenth of the rate, at least 1).
-    ``max_pacing_delay``: the longest a request is held for its token (0 disables pacing); a returning client
-    may be held as long again for its place in the retry schedule first.
+    ``max_pacing_delay``: the longest a new request is held for its token (0 disables pacing): half a second,
+    well within the timeout of a typical client, so that a hold never turns an admission into a timeout. A
+    returning client is held for its place up to a second (it was told to come back up to a second early:
+    Retry-After is in whole seconds), and a request waiting for room in flight up to a few of the service's latencies.
     ``max_waiters``: most requests held at once (None: two pacing windows at the initial rate, at least 1000).
     ``spread``: ``"schedule"`` (consecutive places) or ``"jitter"`` (uniform over the backlog, or over
     ``spread_window`` seconds of H). ``max_retry_after``: the longest Retry-After promised; places beyond
@@ -61,7 +63,7 @@ class Settings:
     """
 
     burst: float | None = None
-    max_pacing_delay: float = 1.5
+    max_pacing_delay: float = 0.5
     max_waiters: int | None = None
     spread: str = "schedule"
     spread_window: float | None = None
@@ -70,8 +72,8 @@ class Settings:
     refresh_interval: float = 0.1
     tarpit: float = 1.0
     max_tarpitted: int = 1000
-    standing_queue: float = 2.0
-    fresh_pacing_delay: float = 0.1
+    standing_queue: float = 0.5
+    fresh_pacing_delay: float = 0.05
     new_window: int = 5
     growth: float | None = None
 

@@ -32,7 +32,10 @@ class RateReading:
     the schedule is timed by (at least the rate while a drain holds the rate down; None: the rate in force).
     ``growth``: how fast H may rise per second in the forecast behind Retry-After (None: 0). ``collapsed``: an
     outage judged elsewhere (a pool's replica's; None: the gate judges its own). ``whole``: how many times this
-    gate's H the H an outage expects back is (a pool's: its replica's with a shared budget; None: 1).
+    gate's H the H an outage expects back is (a pool's: its replica's with a shared budget; None: 1). ``known``:
+    whether the source has measured a capacity (an estimator that opens the gate has none until a queue has stood:
+    the schedule's places then wait, and clients are told to ask again in a second). ``latency``: the service's
+    own latency as the source has seen it, seconds (None: not measured).
     """
 
     rate: float
@@ -40,6 +43,8 @@ class RateReading:
     growth: float | None = None
     collapsed: bool | None = None
     whole: float | None = None
+    known: bool = True
+    latency: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ class GateTuning:
 
     ``min_share``: the shed rate H never drops below this share of the rate, so places stay finite.
     ``early_slack``: a client back this long before the time it was told ignores Retry-After (its 429 may be held:
-    the tarpit). ``lead``: the most a client is told to come back before its place is due (at most
-    ``max_pacing_delay``: it is held until its place is due). ``recheck``: a hold on a rate that can change wakes at
+    the tarpit). ``lead``: how long before its place is due a client is told to come back (Retry-After is in whole
+    seconds), held until its place is due; a returning client is held that long, however short the pacing window
+    of new requests (none with pacing off). ``recheck``: a hold on a rate that can change wakes at
     least this often to see whether a risen rate has brought its token or its place due sooner (the reservation's
     place on the refill axis and the client's place in the schedule move in with the rate). ``room_wait``: a request
     whose token is due waits this long before it looks again for room in flight (the in-flight limit is full).
@@ -30,7 +31,11 @@ class GateTuning:
     H (the capacity before an outage is the best guess for after it). ``burst_divisor``: with no burst configured the
     bucket holds the initial rate over this many (a tenth of a second of it), at least one token.
     ``min_waiters``, ``waiter_windows``: with no ``max_waiters`` configured, at most this many pacing windows at the
-    initial rate are held at once, and at least ``min_waiters``.
+    initial rate are held at once, and at least ``min_waiters``. ``room_latencies``: a request is held for room in
+    flight up to this many of the service's latencies (room comes at the service's pace: the in-flight limit
+    doubles each latency), and no less than a pacing window; while no capacity is known, no less than ``lead``.
+    ``unknown``: how fast the schedule's head moves while no capacity is known, tokens/s (as good as not at all:
+    places keep their order until it is measured).
     """
 
     min_share: float = 0.05
@@ -45,6 +50,8 @@ class GateTuning:
     burst_divisor: float = 10.0
     min_waiters: int = 1000
     waiter_windows: float = 2.0
+    room_latencies: float = 4.0
+    unknown: float = 1e-6
 
 
 #: The gate's tuning as chosen (every gate's unless one is given).

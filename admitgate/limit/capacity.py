@@ -26,6 +26,16 @@ log = logging.getLogger("admitgate")
 
 #: How fast H may rise per second in the retry schedule's forecast when the estimator names no pace.
 DEFAULT_GROWTH = 0.25
+#: The rate before any evidence, requests/s, for an estimator that does not open the gate.
+FIRST_GUESS = 100.0
+#: The largest relative change of the rate per update, for an estimator that does not open the gate.
+MAX_STEP = 0.25
+#: Where the in-flight limit starts, requests, for an estimator that does not open the gate.
+INFLIGHT_FLOOR = 4.0
+#: Where the in-flight limit starts, requests, for one that does: a gate that does not limit must not hold a
+#: worker pool or a benchmark's few dozen connections at start-up (Netflix's limiters start at 20; services raised
+#: that to 100 after shedding at every deploy, cashapp/misk#2250).
+OPEN_INFLIGHT = 100.0
 #: An external probe: called with the gate's time (seconds), returns requests/s or None (no opinion).
 ExternalProbe = Callable[[float], "float | None"]
 
@@ -51,16 +61,21 @@ class LiveCapacity:
     :mod:`admitgate.core.probes`): the gate admits no more than the service has been seen to hold, so a
     service that stops answering is sent a few requests more, not a rate's worth each latency until an
     estimator can tell. 0: no in-flight limit.
+
+    An estimator that *opens* the gate (``opens``: it does not limit, and knows no capacity, until a queue has
+    stood; the default, :class:`~admitgate.limit.delay.QueueDelay`) changes three defaults: ``initial`` is the
+    ceiling, ``max_step`` is none (its rate moves on evidence, not noise), and ``inflight_floor`` is
+    :data:`OPEN_INFLIGHT`. Its reading reports μ as the capacity once it has one, and until then that none is known.
     """
 
     def __init__(
         self,
         estimator: Estimator,
         *,
-        initial: float = 100.0,
+        initial: float | None = None,
         floor: float = 1.0,
         ceiling: float = 100_000.0,
-        max_step: float = 0.25,
+        max_step: float | None = None,
         window: float = 1.0,
         min_samples: int = 20,
         capacity_probes: Iterable[ExternalProbe] = (),
@@ -68,18 +83,25 @@ class LiveCapacity:
         background: float | ExternalProbe = 0.0,
         probes: Probes | None = None,
         growth: float | None = None,
-        inflight_floor: float = 4.0,
+        inflight_floor: float | None = None,
         now: float = 0.0,
     ) -> None:
         if not isinstance(estimator, Estimator):
             raise ConfigError("capacity.estimator", "expected an Estimator", estimator)
         self.estimator = estimator
+        opens = self.opens = bool(getattr(estimator, "opens", False))
+        if initial is None:
+            initial = ceiling if opens else FIRST_GUESS
+        if max_step is None:
+            max_step = math.inf if opens else MAX_STEP
+        if inflight_floor is None:
+            inflight_floor = OPEN_INFLIGHT if opens else INFLIGHT_FLOOR
         self.floor = number("capacity.floor", floor, MIN_RATE, MAX_RATE, unit="requests/s")
         self.ceiling = number("capacity.ceiling", ceiling, MIN_RATE, MAX_RATE, unit="requests/s")
         if self.ceiling < self.floor:
             raise ConfigError("capacity.ceiling", f"must be >= floor ({self.floor:g})", ceiling)
         self.initial = min(max(positive("capacity.initial", initial), self.floor), self.ceiling)
-        self.max_step = positive("capacity.max_step", max_step)
+        self.max_step = max_step if max_step == math.inf else positive("capacity.max_step", max_step)
         self.window = positive("capacity.window", window)
         integer("capacity.min_samples", min_samples, 1)
         self.min_samples = min_samples
@@ -113,9 +135,14 @@ class LiveCapacity:
         self._failed: set[int] = set()
 
     def read(self, now: float) -> RateReading:
-        """The gate's reading at ``now``: :meth:`rate`, and the capacity and growth beside it."""
+        """The gate's reading at ``now``: :meth:`rate`, and the capacity and growth beside it (for an estimator that
+        opens the gate: whether a capacity is known, its outage verdict, and the service's baseline latency)."""
         rate = self.rate(now)
-        return RateReading(rate, self.capacity, self.growth)
+        if not self.opens:
+            return RateReading(rate, self.capacity, self.growth)
+        e = self.estimator
+        return RateReading(rate, self.capacity, self.growth, getattr(e, "collapsed", None), known=e.mu is not None,
+                           latency=e.baseline)  # fmt: skip
 
     def rate(self, now: float) -> float:
         """The rate for the pacer (requests/s); updates at most once per probe bucket."""
@@ -185,7 +212,8 @@ class LiveCapacity:
         drops = sum(b.drops for b in delivery)
         return Window(now, dt, completed, completed / span, latency / completed, drops, self.probes.inflight, busy,
                       recent, admit_rate, shed > 0, self._rate, delivered,
-                      sum(b.completed for b in current) / (len(current) * width), drops / seconds)  # fmt: skip
+                      sum(b.completed for b in current) / (len(current) * width), drops / seconds,
+                      max(b.lag for b in current), self.probes.silent(now))  # fmt: skip
 
     def _external(self, now: float) -> Callable[[float], float]:
         """Ask the external probes once; return what they do to a capacity (cap or replace it, less background)."""
@@ -242,9 +270,18 @@ class LiveCapacity:
 
         The rate dips below μ while the estimator drains a queue or re-measures its baseline, and a
         schedule timed by that dip would tell clients to come back too late. While it probes, the rate
-        is above μ, and the schedule follows the probe.
+        is above μ, and the schedule follows the probe. An estimator that opens the gate: μ, once it is known
+        (its rate while open is no capacity); the rate until then.
         """
+        if self.opens:
+            mu = self.estimator.mu
+            return self._rate if mu is None else min(max(mu, self.floor), self.ceiling)
         return max(self._capacity, self._rate)
+
+    @property
+    def reads_lag(self) -> bool:
+        """Whether the estimator reads the event loop's lag (the shell then measures it: :mod:`admitgate.asgi.lag`)."""
+        return bool(getattr(self.estimator, "reads_lag", False))
 
     @property
     def growth(self) -> float:

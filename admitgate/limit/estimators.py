@@ -1,7 +1,9 @@
 """The capacity estimators by name, and a live capacity built from a ``[capacity]`` table.
 
 * :class:`~admitgate.limit.static.Static` (``"static"``): a configured capacity.
-* :class:`~admitgate.limit.bdp.BandwidthDelay` (``"bdp"``, the default): a rate-based BBR.
+* :class:`~admitgate.limit.delay.QueueDelay` (``"delay"``, the default): the admission rate that holds the
+  queueing delay (the event loop's lag, an upstream's queue) at a target once a queue stands; open until one does.
+* :class:`~admitgate.limit.bdp.BandwidthDelay` (``"bdp"``): a rate-based BBR.
 * :class:`~admitgate.limit.gradient.Gradient` (``"gradient"``): Gradient2/Envoy style; the rate scales by the
   clamped ratio ``(1 + tolerance) · baseline / latency``, smoothed on the way down, growing on the way up.
 * :class:`~admitgate.limit.aimd.AIMD` (``"aimd"``): additive increase while latency is under target,
@@ -22,6 +24,7 @@ from ..core.probes import Probes
 from .aimd import AIMD
 from .bdp import BandwidthDelay
 from .capacity import LiveCapacity
+from .delay import QueueDelay
 from .estimator import Estimator
 from .gradient import Gradient
 from .static import Static
@@ -31,8 +34,9 @@ CAPACITY_KEYS = ("initial", "floor", "ceiling", "max_step", "window", "min_sampl
                  "probe_buckets", "background", "capacity_probes", "probe_mode", "growth",
                  "inflight_floor")  # fmt: skip
 #: The default estimator (see the README's estimator table for why).
-DEFAULT_ESTIMATOR = "bdp"
-ESTIMATORS: dict[str, type] = {"static": Static, "bdp": BandwidthDelay, "gradient": Gradient, "aimd": AIMD}
+DEFAULT_ESTIMATOR = "delay"
+ESTIMATORS: dict[str, type] = {"static": Static, "delay": QueueDelay, "bdp": BandwidthDelay, "gradient": Gradient,
+                               "aimd": AIMD}  # fmt: skip
 
 
 def estimator_from_config(name: str, params: Mapping[str, Any] | None = None) -> Estimator:

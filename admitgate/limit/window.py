@@ -29,3 +29,5 @@ class Window:
     delivered: float | None = None  # completions per second over the newest 0.5 s (None: completion_rate)
     current: float | None = None  # completions per second over the newest 0.2 s (None: completion_rate)
     drop_rate: float | None = None  # drops per second over the delivered rate's span (None: drops / 0.5 s)
+    lag: float = 0.0  # the longest the event loop ran late over the newest 0.2 s, seconds (0: not measured)
+    stalled: bool = False  # requests are in flight and none answered for twice the slowest recent latency

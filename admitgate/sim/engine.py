@@ -28,6 +28,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from ..core.backoff import backoff_delay
@@ -119,6 +120,7 @@ class Simulation:
         self.attempt_no = [0] * s.clients
         self.previous = [0.0] * s.clients
         self.progress = progress
+        self.now = 0.0  # the time of the event being handled (seconds)
         self.series: dict[str, dict[int, float]] = {"edge": {}, "admitted": {}, "served": {}, "capacity": {},
                                                      "headroom": {}}  # fmt: skip
         self.herd_left = s.clients
@@ -157,6 +159,7 @@ class Simulation:
             t, _, kind, data = heapq.heappop(events)
             if t > s.duration:
                 break
+            self.now = t
             if cpu:
                 if t < self.cpu_free:  # the event loop is busy: everything due now runs late
                     self.at(self.cpu_free, kind, data)
@@ -249,9 +252,14 @@ class Simulation:
         return self.decider.admit(1.0, klass, t, lambda: key, tenant)
 
     def _follow(self, t: float, d: Decision, request: list[Any]) -> None:
-        """Carry out the gate's decision for ``request`` at ``t``: hold, forward, or answer 429."""
+        """Carry out the gate's decision for ``request`` at ``t``: hold, forward, or answer 429. A hold waiting for
+        room in flight ends sooner when its decider has room, as the middleware's does."""
         if d.delay:
-            self.at(t + d.delay, _HOLD_END, (d, request))
+            hold = [d, request, False]  # (the decision, the request, whether the hold is over)
+            if d.room:
+                assert self.decider is not None
+                self.decider.wait_room(partial(self._wake, hold))
+            self.at(t + d.delay, _HOLD_END, hold)
         elif d.verdict is not Verdict.REJECT:
             self._to_upstream(t, request)
         elif request[0] == OPEN_LOOP:
@@ -262,9 +270,19 @@ class Simulation:
                 self.cpu_free += s.reject_cpu - s.edge_cpu
             self.at(t + s.network_delay, _RESPOND, (request[0], request[1], 429, d.retry_after))
 
-    def _hold_end(self, t: float, data: tuple[Decision, list[Any]]) -> None:
+    def _wake(self, hold: list[Any]) -> bool:
+        """A hold waiting for room is woken now (False: it is over already)."""
+        if hold[2]:
+            return False
+        self.at(self.now, _HOLD_END, hold)
+        return True
+
+    def _hold_end(self, t: float, hold: list[Any]) -> None:
         assert self.decider is not None
-        decision, request = data
+        decision, request, over = hold
+        if over:  # (woken for room before its timer: the timer finds it over)
+            return
+        hold[2] = True
         after = self.decider.end_hold(decision, t)
         assert after is not None  # simulated clients never leave while held
         self._follow(t, after, request)
@@ -314,11 +332,17 @@ class Simulation:
         client, sent, admitted = request
         if self.probes is not None:
             self.probes.complete(t - admitted, 200, t)
+            self._freed()
         if client == OPEN_LOOP:
             self.outcomes.append((t, t - admitted, 200))
             return
         self.series["served"][int(t)] = self.series["served"].get(int(t), 0) + 1
         self._respond(t + self.s.network_delay, (client, sent, 200, None))
+
+    def _freed(self) -> None:
+        """A request left flight: room may have come for holds waiting for it."""
+        if self.decider is not None:
+            self.decider.room_freed()
 
     def _drain_queue(self, t: float) -> None:
         up = self.up
@@ -341,6 +365,7 @@ class Simulation:
             client, sent, admitted = entry[1]
             if self.probes is not None:
                 self.probes.complete(t - admitted, 503, t)
+                self._freed()
             if client == OPEN_LOOP:
                 self.outcomes.append((t, t - admitted, 503))
                 return

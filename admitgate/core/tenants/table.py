@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from ..decision import ADMITTED, Decision, Identify, Verdict
 from ..gate import Gate
@@ -232,6 +232,13 @@ class Tenants(Reallocation, Waking):
             candidate.before += candidate.asked
             candidate.asked, candidate.round = 0.0, self._round
         candidate.asked += cost
+
+    def wait_room(self, wake: Callable[[], bool]) -> None:
+        """A hold in any pool waits for the replica's room in flight (the pools' gates read the root's probes)."""
+        self.root.wait_room(wake)
+
+    def room_freed(self) -> None:
+        self.root.room_freed()
 
     def limit_of(self, tenant: str | None, now: float) -> tuple[TokenPacer, float]:
         """The bucket of ``tenant`` and its entitlement, requests/s (an admitted response's fields)."""
