@@ -98,7 +98,7 @@ def variant_apps() -> dict:
     return {
         "trivial": trivial, "passthrough": PassThrough(trivial), "admitgate": gate(trivial),
         "admitgate-tenants": tenants(trivial), "admitgate-live": live(trivial),
-        "admitgate-metrics": live(trivial, metrics=True),
+        "admitgate-metrics": live(trivial, metrics=True), "admitgate-default": AdmitGate(trivial),
         "starlette": hello, "starlette+passthrough": PassThrough(hello), "starlette+admitgate": gate(hello),
         "starlette+admitgate-metrics": live(hello, metrics=True),
     }  # fmt: skip

@@ -6,7 +6,7 @@ admission, probes); the admit path of a plain request passes ``send`` on untouch
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence, Sized
 
 from ..core.clock import Clock
 from ..core.probes import Probes
@@ -22,13 +22,14 @@ class Exchange:
     in-flight limit leaves it out (its body may stream on), and tells its decider (``room``) that room in flight
     may have come then and when it ends (holds waiting for room are woken)."""
 
-    __slots__ = ("downstream", "exposed", "limit", "probes", "quota", "room", "status")
+    __slots__ = ("downstream", "exposed", "limit", "probes", "quota", "room", "status", "waiting")
 
     def __init__(self, send: Send, exposed: Sequence[str], quota: list[Header] | None = None) -> None:
         self.downstream, self.exposed, self.quota = send, exposed, quota
         self.limit: Callable[[], list[Header]] | None = None
         self.probes: Probes | None = None
         self.room: Callable[[], None] | None = None
+        self.waiting: Sized = ()  #: the holds waiting for room (``room`` is called only while there are some)
         self.status = 0  #: the response's status, once it has begun (0 until then)
 
     def send(self, message: Message) -> Awaitable[None]:
@@ -38,7 +39,7 @@ class Exchange:
             self.status = message.get("status", 0)
             if self.status:  # answered: its body may stream on, but the in-flight limit leaves it out
                 probes.answered += 1
-                if self.room is not None:
+                if self.waiting and self.room is not None:
                     self.room()
         if message["type"] == "http.response.start":
             if self.limit is not None:
@@ -74,9 +75,10 @@ class Exchange:
             probes.complete(end - now, self.status, end, True)
         else:  # returned without a response
             probes.cancel(end)
-        self._freed()
+        if self.waiting:
+            self._freed()
 
     def _freed(self) -> None:
         """The request is out of flight: room may have come for a hold waiting for it."""
-        if self.room is not None:
+        if self.waiting and self.room is not None:
             self.room()

@@ -140,6 +140,9 @@ class AdmitGate:
         #: the first request served)
         reads_lag = getattr(self.gate.capacity_source, "reads_lag", False)  # (a LiveCapacity's estimator's say)
         self._lag = LagMonitor(self._probes, clock) if reads_lag and self._probes is not None else None
+        self._lag_idle = self._lag is not None  # (the monitor is to start: see _start_lag)
+        self._room_freed, self._waiting = self.decider.room_freed, self.decider.waiting_for_room
+        self._exposed = self.headers.exposed
         # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
         self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
@@ -209,25 +212,26 @@ class AdmitGate:
         identify = lambda: self.identify(scope, now)  # noqa: E731
         return self.decider.admit(rule.cost, rule.priority, now, identify, tenant)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange | None, tenant: str | None,
-                     now: float, entered: bool) -> None:  # fmt: skip
+    def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange | None, tenant: str | None,
+               now: float, entered: bool) -> Awaitable[None]:  # fmt: skip
         """Serve an admitted request: through its exchange, made now if it needs one (the rate-limit fields of
-        ``tenant``, the probes), in flight from ``now`` (``entered``: put in flight already, by its hold)."""
+        ``tenant``, the probes), in flight from ``now`` (``entered``: put in flight already, by its hold). A plain
+        method returning what to await: no coroutine of its own on the admit path."""
         if exchange is None:
-            if not self._on_admit and self._probes is None:
-                app = self.app
-                await app(scope, receive, send)
-                return
-            exchange = self.responses.exchange(scope, send)
+            if not self._on_admit:
+                if self._probes is None:
+                    return self.app(scope, receive, send)
+                exchange = Exchange(send, self._exposed)  # (nothing to resolve: no fields of its own)
+            else:
+                exchange = self.responses.exchange(scope, send)
         if self._on_admit:
             exchange.limit = partial(self.responses.limit_fields, tenant)
         probes = exchange.probes = self._probes
         if probes is not None:
-            exchange.room = self.decider.room_freed
-            lag = self._lag
-            if lag is not None and not lag.running:
-                lag.start()
-        await exchange.serve(self.app, scope, receive, self.clock, now, entered)
+            exchange.room, exchange.waiting = self._room_freed, self._waiting
+            if self._lag_idle:  # (no lifespan: the first request served starts the lag monitor)
+                self._start_lag()
+        return exchange.serve(self.app, scope, receive, self.clock, now, entered)
 
     async def _settle(
         self, scope: Scope, receive: Receive, send: Send, rule: Rule, decision: Decision
@@ -262,7 +266,7 @@ class AdmitGate:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 if self._lag is not None:
-                    self._lag.start()
+                    self._start_lag()
                 if self.backend is not None:
                     self.backend.start()
                 if self._sync is not None:
@@ -277,6 +281,12 @@ class AdmitGate:
             return message
 
         return lifespan_receive
+
+    def _start_lag(self) -> None:
+        """Start the lag monitor on the running event loop (it stays idle where there is no asyncio loop)."""
+        assert self._lag is not None
+        self._lag.start()
+        self._lag_idle = not self._lag.running
 
     def _count(self, rule: Rule, index: int) -> None:
         key = (rule.template, rule.priority.name)

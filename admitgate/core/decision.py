@@ -8,7 +8,7 @@ holds. Times in seconds, rates in requests/s, costs in tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -125,4 +125,9 @@ class Decider(Protocol):
 
     def room_freed(self) -> None:
         """Room in flight may have come (a response began or ended): wake as many holds waiting for it as fit."""
+        ...
+
+    @property
+    def waiting_for_room(self) -> Sized:
+        """The holds waiting for room in flight (falsy when none: the shell calls :meth:`room_freed` only then)."""
         ...

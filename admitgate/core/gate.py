@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 
 from .decision import ADMITTED, PACING_BOUNDS, Decision, Identify, Verdict
 from .pacer import TokenPacer
@@ -302,6 +302,10 @@ class Gate(GateRates):
     def wait_room(self, wake: Callable[[], bool]) -> None:
         """Call ``wake`` when room in flight may have come (see :meth:`room_freed`)."""
         self._room_waiters.append(wake)
+
+    @property
+    def waiting_for_room(self) -> Sized:
+        return self._room_waiters
 
     def room_freed(self) -> None:
         """Room in flight may have come: wake as many holds waiting for it as fit, the newest first (Facebook's

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 
 from ..decision import ADMITTED, Decision, Identify, Verdict
 from ..gate import Gate
@@ -239,6 +239,10 @@ class Tenants(Reallocation, Waking):
 
     def room_freed(self) -> None:
         self.root.room_freed()
+
+    @property
+    def waiting_for_room(self) -> Sized:
+        return self.root.waiting_for_room
 
     def limit_of(self, tenant: str | None, now: float) -> tuple[TokenPacer, float]:
         """The bucket of ``tenant`` and its entitlement, requests/s (an admitted response's fields)."""
