@@ -6,7 +6,8 @@
 Every cell runs three ways side by side in each round (their order rotated from round to round), each on a
 fresh server (cold): ``default`` is ``AdmitGate(app)`` with no arguments, ``typed`` is ``AdmitGate(app,
 rate=C)`` with C the route's true capacity (the reference), ``bare`` no gate (the baseline); ``metrics``
-(``AdmitGate(app, metrics=CollectorRegistry())``) runs on closed-loop cells unless ``--ways`` says otherwise.
+(``AdmitGate(app, metrics=CollectorRegistry())``) runs on closed-loop cells unless ``--ways`` says otherwise;
+``bdp`` (the ``bdp`` estimator, the default before ``delay``) runs only when ``--ways`` names it.
 The server (``bench/matrix_app.py``, one uvicorn process on its defaults) is pinned to core 0, the load to core 1,
 loopback only. Figures are medians over rounds (a ratio to bare is taken within each round first), each printed
 beside its target; the table and every round's figures go to ``bench/results/matrix.json``, where a run of a few
@@ -213,8 +214,8 @@ if __name__ == "__main__":
     parser.add_argument("--all", action="store_true", help=f"also the cells spared by default: {', '.join(SPARED)}")
     parser.add_argument("--cells", help="comma-separated globs over cell ids (shape/load), e.g. 'cpu-2/*,*/herd-obey'")
     parser.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
-    parser.add_argument("--ways", help="comma-separated: default, typed, bare, metrics (default: all, metrics on "
-                                       "closed-loop cells only)")  # fmt: skip
+    parser.add_argument("--ways", help="comma-separated: default, typed, bare, metrics, bdp (default: all but bdp, "
+                                       "metrics on closed-loop cells only)")  # fmt: skip
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds a herd may take after its release")
     parser.add_argument("--simulate", action="store_true", help="also the simulator's counterparts (I/O herds)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
@@ -224,7 +225,7 @@ if __name__ == "__main__":
     if options.list:
         print("\n".join(c.id for c in CELLS))
         sys.exit(0)
-    unknown = set((options.ways or "default").split(",")) - {*WAYS, "metrics"}
+    unknown = set((options.ways or "default").split(",")) - {*WAYS, "metrics", "bdp"}
     if unknown:
         parser.error(f"unknown ways {sorted(unknown)}")
     out = main(options)

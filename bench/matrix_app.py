@@ -3,7 +3,7 @@
 ``MATRIX_SERVER`` is a JSON object: ``way`` (``default``: ``AdmitGate(app)``; ``typed``: ``AdmitGate(app,
 rate=rate)``; ``metrics``: ``AdmitGate(app, metrics=CollectorRegistry())``; ``bare``: no gate), ``workers``,
 ``service`` (s) and ``queue`` (s) of the ``/io`` upstream, ``burn_ms`` of ``/cpu``, and ``rate`` (requests/s,
-``typed`` only).
+``typed`` only); ``bdp``: ``AdmitGate(app)`` with the ``bdp`` estimator, the default before ``delay``.
 
 - ``/io``: a request takes one of ``workers`` slots for ``service`` seconds; one that gets no slot within
   ``queue`` seconds is answered 503 (:class:`admitgate.demo.Upstream`). μ = workers / service.
@@ -107,6 +107,10 @@ def build() -> Any:
         gated = AdmitGate(inner)
     elif way == "typed":
         gated = AdmitGate(inner, rate=float(config["rate"]))
+    elif way == "bdp":
+        from admitgate.limit.estimators import capacity_from_config
+
+        gated = AdmitGate(inner, rate=capacity_from_config({"estimator": "bdp"}))
     elif way == "metrics":
         from prometheus_client import CollectorRegistry
 

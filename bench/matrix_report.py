@@ -103,7 +103,7 @@ def _rows(cell_id: str, cell: dict[str, Any], ways: list[str]) -> list[str]:
 def table(result: dict[str, Any]) -> str:
     """The markdown table of ``result`` (:func:`matrix.main`'s): one block of rows per cell."""
     ran = {w for cell in result["cells"].values() for w in cell["ways"]}
-    ways = [w for w in ("default", "typed", "metrics", "bare") if w in ran]
+    ways = [w for w in ("default", "bdp", "typed", "metrics", "bare") if w in ran]
     cpu = ", ".join(f"{s} {c['capacity']:g}/s" for s, c in result["calibration"].items())
     sched = result.get("scheduler", {})
     priority = (f"own scheduler autogroup at nice {sched['nice']}" if sched.get("applied")

@@ -23,12 +23,13 @@ def modelled(cell: Cell, shape: Shape) -> bool:
 
 def _way(way: str, mu: float) -> dict[str, Any]:
     """The scenario fields of a way: ``default`` the package's default estimator and burst, ``typed`` a static rate
-    at μ with ``AdmitGate(rate=μ)``'s burst, ``bare`` no gate."""
+    at μ with ``AdmitGate(rate=μ)``'s burst, ``bdp`` the ``bdp`` estimator, ``bare`` no gate."""
     if way == "bare":
         return {"gate": False}
     if way == "typed":
         return {"burst": max(1.0, mu / 10)}
-    return {"estimator": {"estimator": DEFAULT_ESTIMATOR}, "burst": Gate(capacity_from_config({})).pacer.burst}
+    name = "bdp" if way == "bdp" else DEFAULT_ESTIMATOR
+    return {"estimator": {"estimator": name}, "burst": Gate(capacity_from_config({})).pacer.burst}
 
 
 def _figures(summary: dict[str, Any], cell: Cell, shape: Shape, mu: float) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def _figures(summary: dict[str, Any], cell: Cell, shape: Shape, mu: float) -> di
     return figures
 
 
-def simulated(cell: Cell, shape: Shape, ways: tuple[str, ...] = ("default", "typed", "bare")) -> dict | None:
+def simulated(cell: Cell, shape: Shape, ways: tuple[str, ...] = ("default", "bdp", "typed", "bare")) -> dict | None:
     """Per way, the medians over :data:`SEEDS` of the cell's herd figures on virtual time; None if not modelled."""
     if not modelled(cell, shape):
         return None

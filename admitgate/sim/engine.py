@@ -38,7 +38,7 @@ from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
 from ..core.tenants import Tenants
 from ..limit.capacity import LiveCapacity
-from ..limit.estimators import capacity_from_config
+from ..limit.estimators import DEFAULT_ESTIMATOR, capacity_from_config
 from ..limit.static import Static
 from .scenario import Scenario
 from .summary import Attempt, HerdResult, summarise
@@ -81,7 +81,7 @@ class Simulation:
         rate: Any = s.workers / s.service_time * s.rate_fraction
         if s.estimator is not None:
             table = dict(s.estimator)
-            name = table.get("estimator", "bdp")
+            name = table.get("estimator", DEFAULT_ESTIMATOR)
             if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
                 table[name] = {"seed": s.seed, **table.get(name, {})}
             rate = capacity_from_config(table)
