@@ -180,3 +180,13 @@ def test_matrix_smoke(tmp_path: Path) -> None:
     stored = json.loads(out.read_text())
     assert stored["cells"]["io-4x20-q1/closed32"]["ran"]["rounds"] == 1
     assert stored["cells"]["io-4x20-q1/closed32"]["ran"]["scheduler"] == result["scheduler"]
+
+
+def test_ablation_smoke(tmp_path: Path) -> None:
+    """One rule out on one cell: with no in-flight limit, the herd's onset into a dead service passes 5xx through."""
+    result = run(str(BENCH / "ablation.py"), "--variants", "no-floor", "--seeds", "1", "--workers", "1",
+                 "--cells", "io-20x100-q2/outage", "--out", str(tmp_path / "ablation.json"))  # fmt: skip
+    base, bare = result["runs"]["base"][0]["io-20x100-q2/outage"], result["runs"]["no-floor"][0]["io-20x100-q2/outage"]
+    assert bare["r5xx"] > base["r5xx"]
+    assert set(result["compared"]) == {"base", "no-floor"}
+    assert json.loads((tmp_path / "ablation.json").read_text())["seeds"] == 1

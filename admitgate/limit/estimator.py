@@ -28,9 +28,13 @@ class Estimator(Protocol):
     name: str
     state: str
     mu: float | None
-    baseline: float | None
     #: True if μ is measured from this gate's own traffic (so it already excludes load the gate does not see)
     measured: bool
+
+    @property
+    def baseline(self) -> float | None:
+        """The service's latency with no queue, seconds (None until measured)."""
+        ...
 
     def estimate(self, window: Window) -> float:
         """The rate to admit at (requests/s, finite, > 0), given ``window``."""
