@@ -18,7 +18,7 @@ The file has one section per group of :class:`~admitgate.asgi.middleware.AdmitGa
     [routes."/search/{q}"]      # route template -> cost, class, exempt
     cost = 2
     [capacity]                  # the live estimator: estimator, initial, floor, ... and [capacity.<estimator>]
-    estimator = "bdp"
+    estimator = "delay"
     [backend]                   # url, and admitgate.RedisBudget's options
     url = "redis://redis:6379/0"
     [tenants]                   # admitgate.Tenancy: key, weights, max_tenants, establish, ...
@@ -54,16 +54,11 @@ to a middleware whose core has none.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import importlib
-import inspect
-import json
 import logging
 import os
 import re
 import sys
-import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -78,7 +73,20 @@ from .asgi.headers import HeaderPolicy
 from .asgi.identity import Identity
 from .asgi.quota import Quota
 from .asgi.routing import Router
-from .core.errors import ConfigError, imported
+from .config_values import (
+    Convert,
+    kinds_of,
+    to_bool,
+    to_key,
+    to_metrics,
+    to_number,
+    to_secret,
+    to_table,
+    to_templates,
+    to_text,
+    to_whole,
+)
+from .core.errors import ConfigError
 from .core.priority import Priority
 from .core.settings import Settings
 from .core.tenants.policy import Tenancy
@@ -90,145 +98,24 @@ SECTIONS = ("gate", "settings", "identity", "headers", "classes", "routes", "cap
             "quota")  # fmt: skip
 #: Keys that moved out of ``[gate]``, and where to.
 _MOVED = {"routes": "[routes]", "classes": "[classes]", "backend": "[backend] url"}
-_TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
 #: The variables Kubernetes sets for each service (``<NAME>_SERVICE_HOST``, ``<NAME>_PORT_80_TCP_ADDR``...): a
 #: service named ``admitgate-redis`` gives every pod ``ADMITGATE_REDIS_PORT``. Not settings, and not mistakes.
 _SERVICE_LINK = re.compile(r"ADMITGATE(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)"
                            r"(_(PROTO|PORT|ADDR))?)?)")  # fmt: skip
-
-Convert = Callable[[object, bool], object]  # (value, from the environment) -> value; ValueError(problem) if bad
-
-
-# -- values ---------------------------------------------------------------------------------------
-def _number(value: object, env: bool) -> object:
-    if env and isinstance(value, str):
-        for kind in (int, float):
-            try:
-                return kind(value)
-            except ValueError:
-                pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("must be a number")
-    return value
-
-
-def _whole(value: object, env: bool) -> object:
-    if env and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("must be a whole number")
-    return value
-
-
-def _bool(value: object, env: bool) -> object:
-    if env and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    if not isinstance(value, bool):
-        raise ValueError("must be true or false")
-    return value
-
-
-def _text(value: object, env: bool) -> object:
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    return value
-
-
-def _secret(value: object, env: bool) -> object:
-    """``ticket``: true or false, else the shared secret itself."""
-    if env and isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if not isinstance(value, (bool, str)):
-        raise ValueError("must be true, false or the shared secret (a string)")
-    return value
-
-
-def _function(value: object, env: bool) -> object:
-    try:
-        return imported("", value)
-    except ConfigError as error:
-        raise ValueError(error.problem) from None
-
-
-def _key(value: object, env: bool) -> object:
-    """``key``: "connection", "header:<name>", or an import string naming a function."""
-    if isinstance(value, str) and value != "connection" and not value.startswith("header:") and ":" in value:
-        return _function(value, env)
-    return _text(value, env)
-
-
-def _templates(value: object, env: bool) -> object:
-    if env and isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ValueError("must be a list of strings")
-    return value
-
-
-def _table(value: object, env: bool) -> object:
-    if env and isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ValueError("must be a JSON object") from None
-    if not isinstance(value, Mapping):
-        raise ValueError("must be a JSON object" if env else "must be a table")
-    return dict(value)
-
-
-def _metrics(value: object, env: bool) -> object:
-    """``metrics``: true (prometheus-client's global registry), false, or an import string naming a registry."""
-    if isinstance(value, str) and ":" in value:
-        module, _, attr = value.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"cannot import it ({exc})") from None
-    if _bool(value, env):
-        from prometheus_client import REGISTRY
-
-        return REGISTRY
-    return None
-
-
-_UnionType = type(int | str)
-
-
-def _kind(hint: object) -> Convert:
-    """The converter for a parameter annotated ``hint``."""
-    options = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, _UnionType) else {hint}
-    options.discard(type(None))
-    callables = {o for o in options if typing.get_origin(o) is Callable or o is Callable}
-    if bytes in options:
-        return _secret
-    if callables:
-        return _key if str in options else _function
-    for kind, convert in ((bool, _bool), (float, _number), (int, _whole), (str, _text)):
-        if kind in options:
-            return convert
-    raise TypeError(f"no converter for {hint!r}")  # a new parameter type: teach this module
-
-
-def _kinds(target: Any, skip: tuple[str, ...] = ()) -> dict[str, Convert]:
-    """Converters for the keyword parameters of ``target`` (a dataclass or a class's ``__init__``)."""
-    hints = typing.get_type_hints(target if dataclasses.is_dataclass(target) else target.__init__)
-    names = [p.name for p in inspect.signature(target).parameters.values() if p.kind is p.KEYWORD_ONLY or
-             p.default is not p.empty]  # fmt: skip
-    return {name: _kind(hints[name]) for name in names if name not in skip}
 
 
 def _schema() -> dict[str, dict[str, Convert]]:
     from .backends.shared import RedisBudget
 
     return {
-        "gate": {"rate": _number, "exempt": _templates, "default_class": _text, "metrics": _metrics,
-                 "workers": _whole, "gate_websockets": _bool},
-        "settings": _kinds(Settings),
-        "identity": {**_kinds(Identity), "key": _key, "ticket": _secret},
-        "headers": _kinds(HeaderPolicy),
-        "backend": {"url": _text, **_kinds(RedisBudget, skip=("client",))},
-        "tenants": {**_kinds(Tenancy, skip=("weights",)), "weights": _table},
-        "quota": {"limit": _text, **_kinds(Quota)},
+        "gate": {"rate": to_number, "exempt": to_templates, "default_class": to_text, "metrics": to_metrics,
+                 "workers": to_whole, "gate_websockets": to_bool},
+        "settings": kinds_of(Settings),
+        "identity": {**kinds_of(Identity), "key": to_key, "ticket": to_secret},
+        "headers": kinds_of(HeaderPolicy),
+        "backend": {"url": to_text, **kinds_of(RedisBudget, skip=("client",))},
+        "tenants": {**kinds_of(Tenancy, skip=("weights",)), "weights": to_table},
+        "quota": {"limit": to_text, **kinds_of(Quota)},
     }  # fmt: skip
 
 
@@ -397,7 +284,7 @@ def _gather(path: str | Path | None, env: Mapping[str, str],
             names[section, key] = f"{section}[{key!r}]" if section in ("routes", "classes") else f"{section}.{key}"
     for (section, key), (raw, var) in _from_env(env, schema).items():
         if section in ("routes", "classes"):
-            values[section] = _convert(_table, raw, True, var)
+            values[section] = _convert(to_table, raw, True, var)
             names.update({(section, k): f"{var}[{k!r}]" for k in values[section]})
         elif section == "capacity":
             _put_capacity(values["capacity"], key, raw, var)
@@ -419,7 +306,7 @@ def _convert(convert: Convert, value: object, env: bool, name: str) -> Any:
 def _put_capacity(table: dict[str, Any], key: str, raw: str, var: str) -> None:
     """Put one ``ADMITGATE_CAPACITY_*`` (or estimator) value into ``[capacity]``, typed as the file would be."""
     if key == "capacity_probes":
-        value: Any = _templates(raw, True)
+        value: Any = to_templates(raw, True)
     else:
         value = raw if key in ("estimator", "probe_mode") else _guess(raw)
     if "." in key:
@@ -434,7 +321,7 @@ def _put_capacity(table: dict[str, Any], key: str, raw: str, var: str) -> None:
 
 def _guess(raw: str) -> object:
     """An environment value for a table whose keys are not typed here: a number, a boolean, or the string."""
-    for convert in (_whole, _number, _bool):
+    for convert in (to_whole, to_number, to_bool):
         try:
             return convert(raw, True)
         except ValueError:
@@ -514,7 +401,7 @@ def _route_keys(routes: dict[str, Any], names: Names) -> dict[str, Any]:
         quota = spec.get("quota") if isinstance(spec, Mapping) else None
         if isinstance(quota, Mapping) and "key" in quota:
             name = names.get(("routes", template), f"routes[{template!r}]")
-            spec["quota"] = {**quota, "key": _convert(_key, quota["key"], False, f"{name}.quota.key")}
+            spec["quota"] = {**quota, "key": _convert(to_key, quota["key"], False, f"{name}.quota.key")}
     return routes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from ..core.clock import Clock
+from ..core.gate import Gate
 from ..core.probes import Probes
 
 #: Seconds between the timer's runs.
@@ -60,3 +61,9 @@ class LagMonitor:
         late = self._loop.time() - self._due
         self.probes.lag(late if late > 0 else 0.0, self.clock())
         self._arm()
+
+
+def lag_monitor(gate: Gate, clock: Clock) -> LagMonitor | None:
+    """The event loop's lag monitor for ``gate``, if its rate source's estimator reads the lag (else None)."""
+    reads_lag = getattr(gate.capacity_source, "reads_lag", False)  # (a LiveCapacity's estimator's say)
+    return LagMonitor(gate.probes, clock) if reads_lag and gate.probes is not None else None

@@ -35,7 +35,7 @@ from .cors import AppCors, is_preflight
 from .exchange import Exchange
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
-from .lag import LagMonitor
+from .lag import lag_monitor
 from .limits import Limits, Refusal
 from .pacing import hold
 from .quota import Quota
@@ -124,7 +124,7 @@ class AdmitGate:
             self.app, self.error = app, error
             return
         self.app, self.clock, self.wall_clock, self.sleep = app, clock, wall_clock, parts.sleep
-        self.gate, self.tenants, self.router = parts.gate, parts.tenants, parts.router
+        self.gate, self.tenants, self.router, self.backend = parts.gate, parts.tenants, parts.router, parts.backend
         self._quota: Limits | None = parts.limits  # every quota; None once the app is known to have none
         self.headers, self.gate_websockets = parts.headers, parts.gate_websockets
         self.key_func = parts.identity.key_func
@@ -135,20 +135,14 @@ class AdmitGate:
         self._tenant_of = parts.tenant_of
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule, self._take = self.router.cache.get, self.decider.try_take
-        self._on_admit, self._probes = self.headers.on_admit, self.gate.probes
-        #: the event loop's lag, measured for an estimator that reads it (started at the lifespan's start-up, or by
-        #: the first request served)
-        reads_lag = getattr(self.gate.capacity_source, "reads_lag", False)  # (a LiveCapacity's estimator's say)
-        self._lag = LagMonitor(self._probes, clock) if reads_lag and self._probes is not None else None
+        self._on_admit, self._probes, self._exposed = self.headers.on_admit, self.gate.probes, self.headers.exposed
+        self._lag = lag_monitor(self.gate, clock)  # (started at the lifespan's start-up, or by the first request)
         self._lag_idle = self._lag is not None  # (the monitor is to start: see _start_lag)
         self._room_freed, self._waiting = self.decider.room_freed, self.decider.waiting_for_room
-        self._exposed = self.headers.exposed
-        # Metrics are read at scrape time (admitgate.metrics.GateCollector); here only plain tallies.
-        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts, see metrics.TALLY
+        self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts read at scrape time
         self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
                                    clock, wall_clock, self.gate.max_pacing_delay)  # fmt: skip
         self._metrics_mounts: frozenset[str] | None = None  # paths of the app's mounts of a metrics app
-        self.backend = parts.backend
         attach(parts.backend, self.gate, parts.tenants, clock)
         self._tally_on = metrics is not None
         # Nothing to do around an admitted request but call the app: one check on the admit path, not three.

@@ -78,21 +78,7 @@ class Router:
             field = f"routes[{template!r}]"
             _template(field, template)
             named.append(field)
-            if isinstance(spec, Rule):
-                rules.append(spec)
-                continue
-            if not isinstance(spec, Mapping):
-                raise ConfigError(field, "must be a table of cost, class and exempt (or a Rule)", spec)
-            unknown = set(spec) - {"cost", "class", "exempt", "quota"}
-            if unknown:
-                raise ConfigError(field, f"unknown keys {sorted(map(str, unknown))}; known: cost, class, exempt, quota")
-            cost = self._cost(f"{field}.cost", spec.get("cost", self.default.cost))
-            prio = self._class(f"{field}.class", spec.get("class", default_class))
-            rules.append(Rule(template, cost, prio, exempt=flag(f"{field}.exempt", spec.get("exempt", False))))
-            if spec.get("quota") is not None:
-                if rules[-1].exempt:
-                    raise ConfigError(f"{field}.quota", "an exempt route is never limited: drop exempt or the quota")
-                self.quotas[template] = route_quota(f"{field}.quota", spec["quota"])
+            rules.append(spec if isinstance(spec, Rule) else self._rule(field, template, spec, default_class))
         self.rules = rules
         self._fields = dict(zip(map(id, rules), named, strict=True))
         self.static_rules: dict[str, Rule] = {}  #: templates without parameters, matched exactly
@@ -117,6 +103,22 @@ class Router:
         #: Resolved paths: exact templates, then every path resolved so far (cleared when full).
         #: ``cache.get(path)`` is the admit path's lookup; on None call :meth:`resolve`.
         self.cache: dict[str, Rule] = dict(self.static_rules)
+
+    def _rule(self, field: str, template: str, spec: object, default_class: str) -> Rule:
+        """The rule a ``routes`` entry's table declares (its quota, if any, in :attr:`quotas`)."""
+        if not isinstance(spec, Mapping):
+            raise ConfigError(field, "must be a table of cost, class and exempt (or a Rule)", spec)
+        unknown = set(spec) - {"cost", "class", "exempt", "quota"}
+        if unknown:
+            raise ConfigError(field, f"unknown keys {sorted(map(str, unknown))}; known: cost, class, exempt, quota")
+        cost = self._cost(f"{field}.cost", spec.get("cost", self.default.cost))
+        prio = self._class(f"{field}.class", spec.get("class", default_class))
+        rule = Rule(template, cost, prio, exempt=flag(f"{field}.exempt", spec.get("exempt", False)))
+        if spec.get("quota") is not None:
+            if rule.exempt:
+                raise ConfigError(f"{field}.quota", "an exempt route is never limited: drop exempt or the quota")
+            self.quotas[template] = route_quota(f"{field}.quota", spec["quota"])
+        return rule
 
     def check_burst(self, burst: float) -> None:
         """ConfigError unless every gated rule's cost fits in ``burst`` tokens less its class's reserve (a

@@ -40,21 +40,7 @@ class GateRates:
         initial = _initial_rate(self.capacity_source, now)
         s = settings
         burst = max(1.0, initial / tuning.burst_divisor) if s.burst is None else s.burst
-        self.max_pacing_delay = s.max_pacing_delay
-        #: how early before its place a client is told to come back (none with pacing off: nobody is held)
-        self.lead = tuning.lead if self.max_pacing_delay > 0 else 0.0
-        #: the longest a returning client is held for its place, and a request for room in flight (see _judge_room)
-        self.place_hold = self.room_hold = max(self.max_pacing_delay, self.lead)
-        windows = math.ceil(tuning.waiter_windows * initial * s.max_pacing_delay)
-        self.max_waiters = max(tuning.min_waiters, windows) if s.max_waiters is None else s.max_waiters
-        self.max_retry_after = s.max_retry_after
-        self._cap = int(self.max_retry_after)
-        self.refresh_interval = s.refresh_interval
-        self.tarpit = s.tarpit
-        self.max_tarpitted = s.max_tarpitted
-        self.standing_queue = s.standing_queue
-        self.fresh_pacing_delay = s.fresh_pacing_delay
-        self._growth = s.growth
+        self._take(s, initial)
         # Paced reservations may run the bucket into debt by up to one pacing delay of tokens.
         self.pacer = TokenPacer(initial, burst, now=now, max_debt=max(burst, initial * self.max_pacing_delay))
         placement = PLACEMENTS[s.spread == "jitter"]
@@ -94,6 +80,24 @@ class GateRates:
         self._level = initial  # the H an outage expects back: the promise's, or with a shared budget the fleet's
         self.next_refresh = now
         self.refresh(now)
+
+    def _take(self, s: Settings, initial: float) -> None:
+        """The settings' values the gate reads on its paths, and what follows from them at the ``initial`` rate."""
+        self.max_pacing_delay = s.max_pacing_delay
+        #: how early before its place a client is told to come back (none with pacing off: nobody is held)
+        self.lead = self.tuning.lead if self.max_pacing_delay > 0 else 0.0
+        #: the longest a returning client is held for its place, and a request for room in flight (see _judge_room)
+        self.place_hold = self.room_hold = max(self.max_pacing_delay, self.lead)
+        windows = math.ceil(self.tuning.waiter_windows * initial * s.max_pacing_delay)
+        self.max_waiters = max(self.tuning.min_waiters, windows) if s.max_waiters is None else s.max_waiters
+        self.max_retry_after = s.max_retry_after
+        self._cap = int(self.max_retry_after)
+        self.refresh_interval = s.refresh_interval
+        self.tarpit = s.tarpit
+        self.max_tarpitted = s.max_tarpitted
+        self.standing_queue = s.standing_queue
+        self.fresh_pacing_delay = s.fresh_pacing_delay
+        self._growth = s.growth
 
     @property
     def static_rate(self) -> float | None:

@@ -108,12 +108,7 @@ class LiveCapacity:
         if probe_mode not in ("cap", "replace"):
             raise ConfigError("capacity.probe_mode", "must be 'cap' or 'replace'", probe_mode)
         self.probe_mode = probe_mode
-        if isinstance(capacity_probes, (str, bytes)) or not isinstance(capacity_probes, Iterable):
-            raise ConfigError("capacity.capacity_probes", "must be a list of functions now -> rate", capacity_probes)
-        self.capacity_probes = list(capacity_probes)
-        for probe in self.capacity_probes:
-            if not callable(probe):
-                raise ConfigError("capacity.capacity_probes", "each must be callable", probe)
+        self.capacity_probes = _probes(capacity_probes)
         if not callable(background):
             non_negative("capacity.background", background)
         self.background = background
@@ -296,3 +291,14 @@ class LiveCapacity:
 
     def __repr__(self) -> str:
         return f"LiveCapacity({self.estimator.name}, rate={self._rate:.4g}/s, {self._state})"
+
+
+def _probes(probes: Iterable[ExternalProbe]) -> list[ExternalProbe]:
+    """``capacity_probes`` checked: a list of callables."""
+    if isinstance(probes, (str, bytes)) or not isinstance(probes, Iterable):
+        raise ConfigError("capacity.capacity_probes", "must be a list of functions now -> rate", probes)
+    checked = list(probes)
+    for probe in checked:
+        if not callable(probe):
+            raise ConfigError("capacity.capacity_probes", "each must be callable", probe)
+    return checked
