@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import json
 import os
@@ -22,10 +23,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
-from admitgate import AdmitGate, BandwidthDelay, LiveCapacity, ManualClock, Settings
+from admitgate import AdmitGate, BandwidthDelay, LiveCapacity, ManualClock, QueueDelay, Settings
 from admitgate import metrics as m
-from admitgate.core.gate import PACING_BOUNDS
+from admitgate.core.gate import PACING_BOUNDS, Gate
 from admitgate.core.probes import LATENCY_BOUNDS
 from admitgate.demo import Upstream, demo_app
 from lab.serving import free_port
@@ -442,3 +446,41 @@ async def test_a_live_capacity_exports_its_inflight_limit_and_a_typed_in_rate_ha
     gate = AdmitGate(ok_app, rate=10, clock=clock, metrics=typed)
     assert (await call(gate, http_scope("/a")))[0] == 200
     assert (m.INFLIGHT_LIMIT, ()) not in samples(typed)
+
+
+def test_gauges_agree_with_each_other_at_every_scrape_of_a_run() -> None:
+    """Read during a run of the default gate (open, then whatever the load makes of it): μ and H are absent until a
+    capacity is measured, H never exceeds μ, and the estimator is in exactly one state."""
+
+    async def hello(request: object) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    registry = CollectorRegistry()
+    app = AdmitGate(Starlette(routes=[Route("/", hello)]), metrics=registry)
+    scrapes: list[dict[str, float]] = []
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            for i in range(1500):
+                await client.get("/")
+                if i % 50 == 0:
+                    scrapes.append({name: value for (name, labels), value in samples(registry).items() if not labels})
+                    scrapes[-1]["states"] = sum(v for (n, _), v in samples(registry).items() if n == m.ESTIMATOR)
+
+    asyncio.run(run())
+    assert len(scrapes) == 30
+    for scrape in scrapes:
+        assert scrape["states"] == 1
+        assert scrape[m.RATE] > 0
+        if m.CAPACITY not in scrape:
+            assert m.HEADROOM not in scrape
+        else:
+            assert 0 < scrape[m.HEADROOM] <= scrape[m.CAPACITY]
+            assert scrape[m.LAMBDA_NEW] >= 0
+
+
+def test_a_gate_that_knows_no_capacity_states_no_headroom() -> None:
+    gate = Gate(LiveCapacity(QueueDelay()))
+    assert gate.state(0.0)["headroom"] is None and gate.state(0.0)["mu"] is None
+    typed = Gate(100.0).state(0.0)
+    assert typed["headroom"] == pytest.approx(100.0) and typed["mu"] == 100.0

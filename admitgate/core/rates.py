@@ -227,10 +227,12 @@ class GateRates:
         return new + math.sqrt(new) >= self.capacity * (1 - self.tuning.min_share)
 
     def state(self, now: float) -> dict[str, float | str | None]:
-        """What the gate believes now: μ, λ_new and H (requests/s), plus the estimator's state."""
+        """What the gate believes now: μ, λ_new and H (requests/s; None while no capacity is known), plus the
+        estimator's state."""
         new = self._new.rate
         out: dict[str, float | str | None] = {"rate": self.pacer.rate, "lambda_new": new}
-        out.update(headroom=self.headroom(now), waiters=float(self.waiters), horizon=self.schedule.horizon(now))
+        headroom = self.headroom(now) if self.known else None  # (no capacity measured yet: no H either)
+        out.update(headroom=headroom, waiters=float(self.waiters), horizon=self.schedule.horizon(now))
         live = self.capacity_source.state()
         if live is not None:
             out.update(estimator=live.estimator, estimator_state=live.state, mu=live.mu, background=live.background,
