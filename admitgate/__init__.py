@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .limit.aimd import AIMD
     from .limit.bdp import BandwidthDelay
     from .limit.capacity import LiveCapacity
+    from .limit.delay import QueueDelay
     from .limit.gradient import Gradient
     from .limit.static import Static
     from .metrics import metrics_app
@@ -46,6 +47,7 @@ _HOMES = {
     "AIMD": "limit.aimd",
     "AdmitGate": "asgi.middleware",
     "BandwidthDelay": "limit.bdp",
+    "QueueDelay": "limit.delay",
     "ConfigError": "core.errors",
     "Gradient": "limit.gradient",
     "HeaderPolicy": "asgi.headers",
@@ -97,6 +99,7 @@ __all__ = [
     "LiveCapacity",
     "ManualClock",
     "Priority",
+    "QueueDelay",
     "Quota",
     "RedisBudget",
     "Settings",
