@@ -6,6 +6,7 @@ drawing is docs/architecture.md.
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
@@ -62,3 +63,22 @@ def test_importing_the_core_loads_no_framework() -> None:
     loaded = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "admitgate.core.gate" in loaded and "admitgate.limit.capacity" in loaded  # the check saw the core
     assert [name for name in loaded if name.split(".")[0] in SHELL_ONLY] == []
+
+
+#: The sizes the package keeps to: a module a reader holds at once, a function that does one job.
+MODULE_LINES, FUNCTION_LINES = 500, 60
+
+
+def test_no_module_over_500_lines_and_no_function_over_60() -> None:
+    large, long = [], []
+    for path in sorted((ROOT / "admitgate").rglob("*.py")):
+        source = path.read_text()
+        name = str(path.relative_to(ROOT))
+        if len(source.splitlines()) > MODULE_LINES:
+            large.append(name)
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
+                continue
+            if node.end_lineno - node.lineno + 1 > FUNCTION_LINES:
+                long.append(f"{name}:{node.lineno} {node.name}")
+    assert not large and not long, (large, long)
