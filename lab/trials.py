@@ -33,12 +33,8 @@ TOLERANCE = 0.15
 #: "Stays there": the least share of the time after a change is first tracked that the estimate is within 15 %.
 STAYS = 0.8
 #: Seconds each change is moved by, so that it meets an estimator at several points of its own cycle (bdp's
-#: probe, drain and cruise take 2-4 s). A change at one fixed instant meets every seed at about the same point
-#: of it, since every seed starts alike, and a settle time read there says as much about that point as about the
-#: estimator: bdp found a step up in a median of 3.9 s (15 seeds) with the step at 30 s, and 4.1-4.6 s with it
-#: moved by 0.4-2.8 s; a start-up change that left the median over all eight instants as it was (4.4 s against
-#: 4.3 s) read 4.8 s at 30 s over those seeds, and 5.2 s over the five the test runs, failing the 5 s asked there
-#: (bench/results/trials-phases-39.json).
+#: probe, drain and cruise take 2-4 s): a change at one fixed instant meets every seed at the same point of that
+#: cycle, and a settle time read there says as much about that point as about the estimator.
 PHASES = (0.0, 1.0, 2.0)
 
 
