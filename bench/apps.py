@@ -137,7 +137,7 @@ def admitgate_metrics() -> Starlette:
 
 
 class PerRequestMetrics:
-    """What the issue measured: a prometheus-client Counter and Histogram observed on every request."""
+    """The common way to instrument an app: a prometheus-client Counter and Histogram observed on every request."""
 
     def __init__(self, app):
         from prometheus_client import CollectorRegistry, Counter, Histogram

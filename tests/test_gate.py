@@ -819,7 +819,7 @@ def test_a_hold_a_small_cut_turns_away_gives_its_place_to_the_next_request() -> 
 
 def test_a_released_place_is_not_taken_by_a_class_that_must_leave_a_reserve() -> None:
     """A sheddable request must leave part of the burst: the place a client gone left is not for it (it was shed,
-    and the default request behind it was then turned away: the classes' order inverted; found in review)."""
+    and the default request behind it was then turned away: the classes' order inverted)."""
     g = Gate(10.0, Settings(burst=2.0, max_pacing_delay=1.0, tarpit=0.0), now=0.0)
     for k in range(2):
         assert g.admit(1.0, DEFAULT, 0.0, lambda k=k: k).verdict is Verdict.ADMIT
@@ -872,8 +872,8 @@ def test_a_guarded_gate_admits_no_more_than_its_guard_holds_and_lets_the_rest_in
 def test_a_held_request_whose_client_goes_gives_up_its_place_in_the_guard_to_the_next_held_not_to_a_newcomer() -> None:
     """Holds whose tokens came due while the guard was short reserve their tokens there, in turn. One whose client
     goes gives its place up: the newest one's token comes back to the guard; an earlier one's place goes to the
-    next hold reserved, never to a request arriving meanwhile (given back, two requests went in on one token:
-    found in review, 15.9 beyond rate·t + burst)."""
+    next hold reserved, never to a request arriving meanwhile (given back, two requests went in on one token,
+    beyond rate·t + burst)."""
     gate, guard = _guarded(20.0, 1.0)
     decisions = [gate.admit(1.0, DEFAULT, 0.0, lambda: None) for _ in range(4)]
     assert decisions[0].verdict is Verdict.ADMIT
@@ -975,8 +975,8 @@ def test_a_hold_planned_on_the_guard_is_counted_for_the_wait_planned_there() -> 
 def test_a_request_whose_reserved_token_is_due_at_once_goes_in_and_leaves_no_waiter() -> None:
     """Where the first branch's ``tokens - cost >= keep`` and the reservation's ``cost + keep - tokens`` round apart
     (0.7 tokens, a sheddable request of cost 0.2 leaving 0.5 of a burst of 1: 0.49999999999999994 left, and nothing
-    missing), the token reserved is due now. It goes in at once. As a hold of no delay (the tree before 991f2a8), it
-    was served at once, never ended, and its waiter was counted for ever (it kept a tenants' table from opening)."""
+    missing), the token reserved is due now. It goes in at once. As a hold of no delay, it was
+    served at once, never ended, and its waiter was counted for ever (it kept a tenants' table from opening)."""
     gate = Gate(10.0, Settings(burst=1.0, tarpit=0.0), now=0.0)
     gate.pacer.charge(0.3, 0.0)  # (critical traffic took 0.3)
     assert gate.pacer.tokens(0.0) == 0.7

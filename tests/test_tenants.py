@@ -182,8 +182,8 @@ def test_beside_many_busy_tenants_the_newcomers_keep_their_floor(
 def test_light_tenants_do_not_lift_the_newcomers_above_their_floor() -> None:
     """40 tenants asking 1/s each, one asking 200/s, and keyless requests at 200/s on 100/s. The floor is a share
     of the capacity, not a weight: as a weight raised against the 41 tenants asking, the light ones (given what
-    they ask) left the rest to the newcomers and the busy tenant at 3.7 : 1, and the keyless flood took 38.8/s
-    to its 8.6/s (found in review). Above their floor the newcomers are one tenant: they and the busy one split
+    they ask) left the rest to the newcomers and the busy tenant at 3.7 : 1, and the keyless flood took most
+    of the busy tenant's share. Above their floor the newcomers are one tenant: they and the busy one split
     what the light ones leave."""
     tenants = table()
     run = Run(tenants)
@@ -220,7 +220,7 @@ def test_under_overload_the_newcomers_keep_their_floor_and_the_sum_stays_within_
 def test_a_held_request_is_not_counted_twice_in_its_pools_demand() -> None:
     """A held request was counted as asked when it came; counted again as a backlog, one hold lifted the keyless
     pool (7.5/s, just above its weighted share) to 9.5/s and back at each reallocation, and the cuts between
-    turned the tenants' holds away: 84.5 of 100/s admitted (found in review). The more of the two now."""
+    turned the tenants' holds away. The more of the two is counted."""
     run = Run(table())
     for k in range(13):
         run.send(f"t{k}", 0, 15, 200)
@@ -472,8 +472,8 @@ def test_under_overload_no_tenant_is_below_its_floor_and_the_sum_stays_within_th
 def test_a_table_whose_tenants_ask_little_opens_and_admits_from_the_replicas_bucket_without_a_pool() -> None:
     """Below the capacity there is nothing to share out: after SPAN quiet reallocations (the tenants established
     and measured meanwhile) the table opens, and a request is admitted from the replica's bucket. (40/s of 100/s:
-    at 50/s, exactly half, the sixth tenant's first request is turned away since stop 27, the five woken before it
-    each looking busy from its first request, and the table stays closed.)"""
+    at 50/s, exactly half, the sixth tenant's first request is turned away, the five woken before it each
+    looking busy from its first request, and the table stays closed.)"""
     tenants = table(rate=100.0, open_below=0.5, establish=1)
     run = Run(tenants)
     for k in range(6):  # 40/s from six tenants for 6 s
@@ -647,8 +647,8 @@ def _beyond(times: list[float], rate: float) -> float:
 def test_tenants_waking_in_turn_are_admitted_within_the_one_bucket(tenants_: int, period: float, burst: int) -> None:
     """Tenants each sending a burst at once every few seconds, in turn (each pool sleeps and wakes again and
     again), on 100/s with a burst of 10: what all the pools admit stays within rate·t + burst. With the wake-up
-    credit refilled at all of μ beside the pools' buckets (a second bucket), 30 tenants were admitted 6,836
-    requests in 60 s where the bound is 6,010, up to 851 beyond rate·t in one stretch (found in review)."""
+    credit refilled at all of μ beside the pools' buckets (a second bucket), tenants were admitted
+    beyond rate·t + burst."""
     arrivals = [(c * period + i * period / tenants_ + j * 0.0005, f"t{i}")
                 for c in range(int(30 / period)) for i in range(tenants_) for j in range(burst)]  # fmt: skip
     tenants = Tenants(
@@ -1218,8 +1218,8 @@ def test_a_busy_tenant_loses_nothing_to_holds_a_small_cut_turns_away() -> None:
 def test_light_tenants_waking_together_beside_a_busy_one_are_admitted_within_the_one_bucket() -> None:
     """Sixty light tenants, each seen once, ask again together beside one that holds all of 100/s (a burst of 10):
     each takes its rate from the busy one, so what all admit stays within rate·t + burst. (Lent tokens as a debt
-    in the busy pool's bucket instead, 30 were lent, the next reallocation's deep cut forgave the debt, and 64 more
-    than rate·t were admitted in one stretch; found in review.)"""
+    in the busy pool's bucket instead, 30 were lent, the next reallocation's deep cut forgave the debt, and more
+    than rate·t were admitted in one stretch.)"""
     arrivals = [(k / 200.0, "busy") for k in range(8 * 200)]
     for i in range(60):
         arrivals += [(1.0 + i * 0.01, f"l{i}"), (5.0 + i * 0.0002, f"l{i}")]
@@ -1247,7 +1247,7 @@ def test_light_tenants_keep_their_pools_between_their_requests_and_are_served_af
     The light tenants ask all of the 25/s, and max-min gives it them. A tenant asking less often than a fall is
     judged over keeps asking one period's cost per period: judged over the last three intervals alone, each pool
     slept between its requests and woke to no rate, nobody could lend it one (the busy pool was at its
-    entitlement), and the table admitted 1-3 requests a second (found in review)."""
+    entitlement), and the table admitted 1-3 requests a second."""
 
     class Cut:
         def rate(self, now: float) -> float:
@@ -1286,8 +1286,8 @@ def test_light_tenants_coming_back_in_turn_are_admitted_within_the_one_bucket(li
                                                                                period: float) -> None:  # fmt: skip
     """Light tenants each asking once every ``period`` beside a busy one keep their pools awake between their
     requests, each with a bucket of at least one token: the pools' buckets held more between them than the
-    replica's burst, and what they admitted ran beyond rate·t + burst by about a request per light tenant (120
-    with 120 of them; found in review). Every admission is charged to the replica's bucket too (Gate.guard)."""
+    replica's burst, and what they admitted ran beyond rate·t + burst by about a request per light tenant.
+    Every admission is charged to the replica's bucket too (Gate.guard)."""
     arrivals = [(k / busy, "busy") for k in range(int(20 * busy))]
     for i in range(light):
         arrivals += [(1.0 + i * 0.01 + k * period, f"l{i}") for k in range(int(19 / period))]
@@ -1340,7 +1340,7 @@ def test_a_tenant_asking_every_few_seconds_that_bursts_is_measured_again_and_giv
     tenth of the interval, as a pool waking is, and each herd client is turned away once. When they are done the
     busy tenant has the capacity back. (With what it asked at its last reallocation kept per period, the burst held
     half the capacity unused for 1.5 periods, the busy tenant served 528 where 880 are; the herd's clients were
-    turned away 427 times; found in review.)"""
+    turned away again and again.)"""
     clients = [(k / 200.0, "busy", False) for k in range(30 * 200)]
     clients += [(k * 0.01, "x", False) for k in range(3)] + [(8.0, "x", False)]
     clients += [(10.2 + j * 1e-5, "x", herd) for j in range(300)]
@@ -1357,7 +1357,7 @@ def test_a_tenant_asking_every_few_seconds_that_bursts_is_measured_again_and_giv
 def test_light_tenants_waking_take_their_rate_from_a_busy_one_without_cutting_it_into_a_new_epoch() -> None:
     """Sixty light tenants wake together beside a busy one at all of 100/s: each takes its rate from the busy pool,
     down to its entitlement but never below half its epoch's rate (a deeper cut starts a new epoch: its holds, the
-    deepest queue of all, reserve again and the tail is turned away; it went from 100/s to 40; found in review)."""
+    deepest queue of all, reserve again and the tail is turned away; it went from 100/s to 40)."""
     tenants = table(rate=100.0, establish=1)
     run = Run(tenants).send("busy", 0, 4.99, 200)
     for i in range(60):
@@ -1392,7 +1392,7 @@ def test_a_light_tenant_given_what_it_asks_as_it_wakes_asks_for_no_early_realloc
 def test_fifty_light_tenants_held_beside_a_busy_one_are_not_cut_into_a_new_epoch_and_turned_away() -> None:
     """Fifty tenants asking once every 2 s beside one asking 200/s of 100/s. A light pool holding its request was cut
     at the regular reallocation to what it was measured to ask (about 2/s to 0.67/s: a new epoch), and its held
-    request turned away (233 of 250 served; review of stop 31). A pool with holds keeps half its epoch's rate."""
+    request turned away. A pool with holds keeps half its epoch's rate."""
     run = Run(table(rate=100.0, establish=1)).send("busy", 0, 14, 200)
     for i in range(50):
         run.send(f"l{i}", 1.0 + i * 0.04, 13.0 + i * 0.04, 0.5)  # (six requests each; the first, its pool new)
@@ -1404,7 +1404,7 @@ def test_fifty_light_tenants_held_beside_a_busy_one_are_not_cut_into_a_new_epoch
 def test_a_tenant_asking_every_half_second_keeps_its_demand_through_the_first_reallocation_after_a_close() -> None:
     """A pool's history starts afresh when the table closes, and the first reallocation after it comes 0.19 s
     later: a fall is not judged from so short a history (it was: the small tenant's demand went to 0 and its pool
-    to sleep; found in review)."""
+    to sleep)."""
     tenants = table(rate=100.0, open_below=0.5)
     Run(tenants).send("small", 0.0, 40, 2).send("big", 0.0, 40, 20).go()
     assert not tenants.closed
@@ -1676,8 +1676,8 @@ def test_light_tenants_established_on_their_first_request_beside_a_busy_one_do_n
     since it alone (reallocations follow wake-ups within a tenth of the interval): one request in 0.05 s, 20/s.
     Fifty such took the busy tenant's share for what they did not use, and the table admitted 20, 8 and 25 of
     100/s in its first three seconds. A newborn pool's first request now spans an interval: 79, 71 and 77. One
-    request is one whatever the route's cost (of 2 tokens: 20, 8 and 54 when a lone request was counted in tokens,
-    found in review)."""
+    request is one whatever the route's cost (of 2 tokens: 20, 8 and 54 when a lone request was counted in
+    tokens)."""
     rate = 100.0 * cost  # (requests of ``cost`` tokens: 100 of them a second)
     tenants = Tenants(
         Tenancy(establish=1, open_below=0.0), Gate(rate, Settings(tarpit=0.0, max_pacing_delay=HOLD, burst=10.0 * cost))
@@ -1754,8 +1754,8 @@ def test_a_greedy_tenant_takes_nothing_a_sheddable_tenant_beside_it_needs_within
     """Tenant "greedy" asks 300/s of 100/s; "modest" asks 45/s, all of it sheddable (it leaves half of a burst).
     What a pool leaves unused in the replica's bucket goes to a pool asking (Gate.keep), but only above what a
     sheddable request needs there and two requests more: taken down to half of the burst, as it refilled, the greedy
-    tenant's requests left the sheddable ones too little, and they were held and turned away (here 15 of 45/s; 30.2
-    with clients coming back as told, in review; with one request's cost kept beyond the reserve, 43.6)."""
+    tenant's requests left the sheddable ones too little, and they were held and turned away (here 15 of 45/s; with one
+    request's cost kept beyond the reserve, 43.6)."""
     from admitgate.core.priority import DEFAULT_CLASSES
 
     sheddable = DEFAULT_CLASSES["sheddable"]

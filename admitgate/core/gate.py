@@ -101,10 +101,9 @@ class Gate(GateRates):
                 guard.charge(cost, now)
         elif room and parent is not None and guard is not None and not reserve and \
                 guard.tokens(now) - self.tuning.spare_costs * cost >= parent.keep * guard.burst:  # fmt: skip
-            # (its own bucket untouched: the replica's refill the pools left, see GateTuning.spare. With one request's
-            # cost kept
-            # beyond a sheddable request's reserve, a greedy tenant took the tokens a sheddable one beside it needed
-            # as they came: 43.6 of its 45/s, in review; with two, 45.0, as without this rule)
+            # (its own bucket untouched: the replica's refill the pools left, see GateTuning.spare. Two requests'
+            # cost are kept beyond a sheddable request's reserve: with one, a greedy tenant took the tokens a
+            # sheddable one beside it needed as they came)
             guard.charge(cost, now)
             stats.spare += 1
         else:

@@ -45,9 +45,9 @@ class Reallocation(TableState):
         given all they ask, see :class:`Share`).
         Idle pools keep a rate of ``MIN_RATE`` until they ask (a pool asking every few seconds is not idle between:
         it keeps a token per period). (A pool given what it asks was given room to grow, up to what ``tuning.use``
-        counts it to use, taken from nobody: the rates summed to more than the capacity, and sixty light tenants
-        woken together beside a busy one, each held for its room, were admitted 26 requests beyond rate·t + burst;
-        found in review. A pool's share grows at the next reallocation, or sooner: see :meth:`admit`.)
+        counts it to use, taken from nobody: the rates summed to more than the capacity, and light tenants woken
+        together beside a busy one, each held for its room, were admitted beyond rate·t + burst. A pool's share
+        grows at the next reallocation, or sooner: see :meth:`admit`.)
         """
         root, tenancy = self.root, self.tenancy
         elapsed = max(now - self._last, 1e-9)
@@ -128,7 +128,7 @@ class Reallocation(TableState):
         # period until a period and a half has passed without it: judged over `span` intervals alone, its pool
         # slept between its requests and woke to no rate, and where μ was cut so that nobody could lend it one,
         # fifty of them beside a busy one were served 1-3 requests a second of 25. A token, not what it asked
-        # last: a tenant that sent a burst of 300 and stopped held half of 100/s unused for 1.5 periods (review).
+        # last: a tenant that sent a burst and stopped would hold a share it no longer uses for 1.5 periods.
         period = pool.period
         if period > t.span * tenancy.interval and now - pool.seen <= t.periods * period:
             pool.demand = max(pool.demand, 1.0 / period)
@@ -155,7 +155,7 @@ class Reallocation(TableState):
         # ends: a herd across 100 tenants drained its last clients a second at a time (1.21-1.27 of its bound in
         # the simulator, now 1.08). The more of the two, not their sum: a held request was counted as asked when
         # it came (added, one hold lifted a pool asking 7.5/s to 9.5/s and back at each reallocation, and the
-        # cuts between turned holds away: 84.5 of 100/s admitted, found in review).
+        # cuts between turned holds away).
         held = pool.gate.waiters / max(pool.gate.max_pacing_delay, tenancy.interval)  # (over a hold's span)
         wanted = max(pool.demand, held) + backlog / tenancy.interval
         if pool.gate.waiters:  # (never so deep a cut that its holds start a new epoch and are turned away)

@@ -109,10 +109,9 @@ class TableState:
         requests/s, at least ``MIN_RATE``), as of the last reallocation or wake-up: the pools' buckets refill at
         their rates, which sum to what is assigned, and the credit is the rest of the one bucket, not a second.
 
-        Refilled at all of μ beside them, it was a second bucket: 30 tenants each sending 20 requests at once every
-        3 s, staggered, on a 100/s replica with a burst of 10, were each given up to a burst from it as they woke
-        (1,758 tokens in 60 s) and admitted 6,836 requests where the bound is 6,010 (6,023 before the credit;
-        found in review). The cost: while the pools hold all of the capacity, used or not, the credit stays empty,
+        Refilled at all of μ beside them, it would be a second bucket: tenants waking one after another would each
+        be given up to a burst from it, together admitted beyond rate·t + burst. The cost: while the pools hold all
+        of the capacity, used or not, the credit stays empty,
         and a tenant waking then has its first request held for less than one token's time at its rate."""
         self._credit.set_rate(max(MIN_RATE, self._available - self._assigned), now)
 

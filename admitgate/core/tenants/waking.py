@@ -77,8 +77,8 @@ class Waking(TableState):
         Without it, a tenant asking once every 2 s beside a busy one woke to no rate at each request, and was told
         Retry-After 1 before the shares were recomputed a moment later: 97 % of its first tries in
         ``bench/light_tenants.py``. (Lent tokens instead, as a debt in the lender's bucket: a deep cut to the lender
-        at the next reallocation forgave the debt, and sixty light tenants waking together were admitted 64
-        requests beyond rate·t + burst; found in review.) A new pool takes nothing: its demand is not known (a
+        at the next reallocation forgave the debt, and light tenants waking together were admitted beyond
+        rate·t + burst.) A new pool takes nothing: its demand is not known (a
         herd's tenants are new)."""
         lender = self._lender
         if lender is None or lender is pool or not lender.awake:
