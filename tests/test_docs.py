@@ -48,3 +48,17 @@ def test_github_anchor_matches_what_github_renders() -> None:
     assert github_anchor("Who a returning client is") == "who-a-returning-client-is"
     assert github_anchor("`RedisBudget` options: `timeout`") == "redisbudget-options-timeout"
     assert github_anchor("Retry-After that follows the live H(t)") == "retry-after-that-follows-the-live-ht"
+
+
+def test_the_command_line_page_names_every_command_and_option() -> None:
+    import argparse
+
+    from admitgate.cli import build_parser
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, parser in commands.items():
+        assert f"## `admitgate {name}`" in page
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert option in ("-h", "--help") or f"`{option}`" in page, f"admitgate {name} {option}"

@@ -137,7 +137,7 @@ def test_a_herd_across_500_tenants_drains_near_its_bound(live: bool, drain: floa
     and pools woken together had their first tokens at the same instant: drained at 4-9 times the bound
     (static) with 300-500 5xx. The new arrivals beside it (20/s, without a tenant key) keep the newcomers'
     floor, a tenth of the capacity: as one tenant among 501 they were served one time in ten (0.107 static,
-    0.069 live). The README's figures: with the live estimator within 1.28 of the bound; 0 5xx; 75 % of the new
+    0.069 live). Asked: with the live estimator within 1.28 of the bound; 0 5xx; 75 % of the new
     arrivals served (79 % live)."""
     estimator = {"estimator": "bdp"} if live else None
     herd = [(f"t{i}", 4) for i in range(500)]
