@@ -85,6 +85,34 @@ def test_fields_are_valid_structured_fields_and_retry_after_is_not_before_t(retr
     assert headers["retry-after"].isdigit() and int(headers["retry-after"]) >= 1
 
 
+names = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=20)
+
+
+@given(windows=st.lists(st.tuples(names, st.integers(1, 10**6), st.integers(1, 86_400), st.integers(0, 10**6),
+                                  st.integers(1, 86_400)), min_size=1, max_size=4))  # fmt: skip
+def test_quota_fields_parse_as_draft_11_lists(windows) -> None:
+    """Each quota window a request was counted in is one item of each field's list, read back by an independent
+    structured-field parser (http_sfv): the policy name a String, ``q``, ``w``, ``r`` and ``t`` Integers."""
+    headers = as_dict(HeaderPolicy().quota_fields(windows))
+    policy, limit = List(), List()
+    policy.parse(headers["ratelimit-policy"].encode())
+    limit.parse(headers["ratelimit"].encode())
+    assert [(i.value, i.params["q"], i.params["w"]) for i in policy] == [(n, q, w) for n, q, w, _, _ in windows]
+    assert [(i.value, i.params["r"], i.params["t"]) for i in limit] == [(n, r, t) for n, _, _, r, t in windows]
+
+
+@given(retry_after=st.integers(1, 10**6), limit=st.integers(1, 10**6), window=st.integers(1, 86_400), name=names)
+def test_a_quota_rejection_tells_retry_after_at_the_end_of_its_effective_window(retry_after, limit, window,
+                                                                                 name) -> None:  # fmt: skip
+    """draft-ietf-httpapi-ratelimit-headers-11 §6: Retry-After names no time before the end of the effective
+    window; it equals ``t`` here, with ``r`` 0, so a client that keeps to Retry-After (§7) loses nothing."""
+    headers = as_dict(HeaderPolicy().quota_rejection(retry_after, name, limit, window)[0])
+    limit_field = List()
+    limit_field.parse(headers["ratelimit"].encode())
+    assert limit_field[0].value == name and limit_field[0].params["r"] == 0
+    assert int(headers["retry-after"]) == limit_field[0].params["t"] == retry_after
+
+
 def legacy_error(status: int, retry_after: int, policy: str) -> tuple[bytes, str]:
     """An app's own error format, kept for 429s too."""
     doc = {"error": {"code": "RATE_LIMITED", "status": status, "retry_in": retry_after, "policy": policy}}

@@ -254,7 +254,8 @@ def test_without_redis_the_quota_falls_back_to_the_local_count_and_logs_once(own
 @pytest.mark.anyio
 async def test_with_on_admit_an_allowed_response_carries_the_quotas_fields_beside_the_gates(clock, sleep) -> None:
     """RateLimit and RateLimit-Policy list both policies (the draft's fields are lists): the gate's bucket and
-    the key's quota, with what is left of it and when all of it is back."""
+    the key's quota, with what is left of it and its effective window (the seconds within which no more than
+    that can be used: until the next request comes back, one interval of 20 s here)."""
     inner = Recorder()
     app = AdmitGate(inner, rate=1_000, settings=Settings(burst=1_000), clock=clock, sleep=sleep,
                     identity=Identity(ticket=False), quota=Quota("3/minute"),
@@ -274,7 +275,30 @@ async def test_with_on_admit_an_allowed_response_carries_the_quotas_fields_besid
         start = next(m for m in sent if m["type"] == "http.response.start")
         fields.append([(k, v) for k, v in start["headers"] if k in (b"ratelimit", b"ratelimit-policy")])
     assert (b"ratelimit-policy", b'"quota";q=3;w=60') in fields[0]
-    assert (b"ratelimit", b'"quota";r=2;t=20') in fields[0]  # two more at once; all back in one interval
-    assert (b"ratelimit", b'"quota";r=1;t=40') in fields[1]
-    assert (b"ratelimit", b'"quota";r=0;t=60') in fields[2]
+    assert (b"ratelimit", b'"quota";r=2;t=20') in fields[0]  # two more at once, a third 20 s on
+    assert (b"ratelimit", b'"quota";r=1;t=20') in fields[1]
+    assert (b"ratelimit", b'"quota";r=0;t=20') in fields[2]
     assert sum(1 for k, v in fields[0] if k == b"ratelimit" and not v.startswith(b'"quota"')) == 1  # the gate's
+
+
+@settings(deadline=None)
+@given(limit=st.integers(1, 40), window=st.sampled_from([1.0, 10.0, 60.0, 3600.0]), burst=st.integers(1, 40),
+       gaps=st.lists(st.floats(0.0, 2.0), min_size=1, max_size=40))  # fmt: skip
+def test_a_quotas_t_is_its_effective_window(limit: int, window: float, burst: int, gaps: list[float]) -> None:
+    """draft-ietf-httpapi-ratelimit-headers-11 §4.1.2: ``t`` is the effective window, the seconds within which
+    the key can make no more than ``r`` requests. Its ``r`` requests go in at once, and the next one comes back
+    within the last second of ``t`` (whole seconds, rounded up: never sooner than ``t`` tells)."""
+    rate = QuotaRate(limit, window, min(burst, limit))
+    clock = ManualClock(100.0)
+    limiter = QuotaLimiter(rate, clock)
+    for gap in gaps:
+        clock.advance(gap * rate.interval)
+        limiter.check("k")
+    clock.advance(max(0.0, limiter.wait("k", clock())))
+    answer = limiter.check("k")
+    assert answer.wait == 0.0
+    r, t = answer.remaining(rate), answer.window(rate)
+    for _ in range(r):
+        assert limiter.check("k").wait == 0.0
+    wait = limiter.wait("k", clock())
+    assert t - 1 - 1e-6 < wait <= t + 1e-6

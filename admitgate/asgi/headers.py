@@ -5,8 +5,10 @@ Rejections carry:
 * ``Retry-After: <n>``: delay-seconds, always a positive integer (RFC 9110 §10.2.3);
   urllib3 and httpx-retries sleep exactly this value and mishandle ``0`` and decimals.
 * ``RateLimit-Policy: "<name>";q=<quota>;w=<window>`` and ``RateLimit: "<name>";r=0;t=<n>``,
-  structured fields in the syntax of draft-ietf-httpapi-ratelimit-headers-10. ``t`` equals
-  Retry-After, so Retry-After never names a time earlier than ``t`` (draft §6).
+  structured fields of draft-ietf-httpapi-ratelimit-headers-11: ``r`` the available quota, ``t`` the
+  effective window (the seconds within which the client can use no more than ``r``). On a rejection ``t``
+  equals Retry-After, so Retry-After never names a time before the window's end (draft §6), and a client
+  that reads both keeps to Retry-After, which the draft makes authoritative (§7).
 * optionally legacy ``X-RateLimit-Limit/-Remaining/-Reset``; our ``X-RateLimit-Reset``
   is a *delta in seconds* (like ``t``), not the epoch timestamp some libraries send.
 * ``Access-Control-Expose-Headers`` naming them, so browser code can read them, and
@@ -117,7 +119,8 @@ class HeaderPolicy:
         return cached[1], cached[2]
 
     def limit_fields(self, rate: float, remaining: int, reset: int | None) -> list[Header]:
-        """The rate-limit fields: ``remaining`` requests now, more quota in ``reset`` s (None: now)."""
+        """The rate-limit fields: ``remaining`` requests available now, and ``reset``, the effective window: the
+        seconds within which no more than ``remaining`` can be used (None: more comes back at once, no window)."""
         out: list[Header] = []
         policy, limit = self._policy(rate)
         if self.draft:
@@ -158,7 +161,8 @@ class HeaderPolicy:
 
     def quota_fields(self, counted: Sequence[tuple[str, int, int, int, int]]) -> list[Header]:
         """The draft's fields of the quota windows a request was counted in, each ``(name, limit, window,
-        remaining, reset)``: ``limit`` requests per ``window`` s, ``remaining`` at once, all back in ``reset`` s.
+        remaining, reset)``: ``limit`` requests per ``window`` s, ``remaining`` at once, no more than that within
+        ``reset`` s (the effective window).
         One field line each, listing every window (the draft's fields are lists; nothing without ``draft``)."""
         if not self.draft or not counted:
             return []

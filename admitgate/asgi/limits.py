@@ -45,7 +45,7 @@ class Refusal:
 class Allowance:
     """A request every quota allowed: each window it was counted in, with what is left of it."""
 
-    counted: tuple[tuple[Window, int, int], ...]  # (window, remaining at once, whole seconds until all back)
+    counted: tuple[tuple[Window, int, int], ...]  # (window, remaining at once, its effective window in s)
 
 
 class Limits:
@@ -150,8 +150,9 @@ class Limits:
             guard, window, key = counted[tally.refused]
             guard.refused += 1
             return Refusal(max(1, math.ceil(spread(tally.wait, window.rate, digest(key)))), window)
-        return Allowance(tuple((window, Answer(0.0, backlog).remaining(window.rate), math.ceil(backlog))
-                               for (_, window, _), backlog in zip(counted, tally.backlogs, strict=True)))  # fmt: skip
+        windows = [window for _, window, _ in counted]
+        answers = [(window, Answer(0.0, backlog)) for window, backlog in zip(windows, tally.backlogs, strict=True)]
+        return Allowance(tuple((window, a.remaining(window.rate), a.window(window.rate)) for window, a in answers))
 
     async def _tally(self, counted: Sequence[tuple[QuotaGuard, Window, Any]]) -> Tally:
         if self.shared is None:

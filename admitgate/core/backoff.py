@@ -105,7 +105,8 @@ _T_PARAM = re.compile(r";\s*t\s*=\s*([0-9]{1,15})(?=\s*(?:;|,|$))", re.ASCII)
 
 
 def parse_ratelimit_reset(value: str | None) -> float | None:
-    """The largest ``t`` (seconds until more quota) in an IETF ``RateLimit`` field; None if absent.
+    """The largest ``t`` (an effective window: seconds within which no more than ``r`` may be used) in an IETF
+    ``RateLimit`` field; None if absent.
 
     Malformed fields are ignored (draft §7), never raised on.
     """

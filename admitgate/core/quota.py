@@ -76,6 +76,15 @@ class Answer(NamedTuple):
         """Requests the key may still make at once after this one (allowed answers)."""
         return max(0, math.floor((rate.tolerance - self.backlog) / rate.interval + EPSILON) + 1)
 
+    def window(self, rate: QuotaRate) -> int:
+        """The effective window of an allowed answer, whole seconds (at least 1): the time within which the key
+        can make no more than :meth:`remaining` requests, until the next one comes back (at most one interval).
+
+        Its ``RateLimit`` ``t`` (draft-ietf-httpapi-ratelimit-headers-11 §4.1.2). Rounded up, since a longer
+        window only makes a client that keeps to it send less."""
+        due = self.backlog + self.remaining(rate) * rate.interval - rate.tolerance
+        return max(1, math.ceil(due - EPSILON))
+
 
 class QuotaLimiter:
     """GCRA per key in this process. ``check(key)`` answers whether the key's request is allowed (and counts
