@@ -1,4 +1,4 @@
-"""What a newcomer copies from the README must work as written: the documented ``/metrics`` mount answers at
+"""What a newcomer copies from the docs must work as written: the documented ``/metrics`` mount answers at
 ``/metrics``, and a second AdmitGate around the same app is refused at start-up, never added silently."""
 
 from __future__ import annotations
