@@ -62,3 +62,16 @@ def test_the_command_line_page_names_every_command_and_option() -> None:
         for action in parser._actions:
             for option in action.option_strings:
                 assert option in ("-h", "--help") or f"`{option}`" in page, f"admitgate {name} {option}"
+
+
+def test_every_results_file_has_its_benchmark_section_and_every_cited_one_exists() -> None:
+    """One file per benchmark in bench/results/: each is named on the benchmarks page, and no page cites a file
+    that is not there (a renamed or removed run)."""
+    results = ROOT / "bench" / "results"
+    kept = {p.name for p in results.iterdir() if p.is_file() and p.suffix in (".json", ".txt")}
+    assert not list(results.glob("*.png")), "images live in docs/img, not beside the results"
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert not {name for name in kept if name not in benchmarks}, "results files no benchmark section names"
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for cited in re.findall(r"bench/results/([\w.-]+\.(?:json|txt))", page.read_text(encoding="utf-8")):
+            assert cited in kept, f"{page.name} cites bench/results/{cited}, which is not there"
