@@ -69,8 +69,31 @@ def shared_ratio() -> str:
     return next(line.split()[2] for line in rows if line.startswith("admitgate_redis "))
 
 
+def matrix_met() -> str:
+    """Per way, the cells of the scenario matrix whose every target is met, of those with targets."""
+    counts: dict[str, list[int]] = {}
+    for cell in results("matrix.json")["cells"].values():
+        for way, judged in cell["ways"].items():
+            if judged["met"]:
+                counts.setdefault(way, [0, 0])[1] += 1
+                counts[way][0] += all(judged["met"].values())
+    (met, of), (bdp, bdp_of), (typed, typed_of) = counts["default"], counts["bdp"], counts["typed"]
+    return f"{met} of {of} (bdp {bdp} of {bdp_of}, typed-in {typed} of {typed_of})"
+
+
+def matrix_cell(cell: str, way: str, *keys: str) -> str:
+    median = results("matrix.json")["cells"][cell]["ways"][way]["median"]
+    return ", ".join(f"{median[key]:.3f}" for key in keys)
+
+
 #: The README's figures table: each row's first cell, and the figure cell its results file gives.
 ROWS: dict[str, Callable[[], str]] = {
+    "the default `AdmitGate(app)` on the scenario matrix: cells meeting every target": matrix_met,
+    "hello world, 32 connections, default gate: req/s ÷ bare (bdp)": lambda: "{} ({})".format(
+        matrix_cell("cpu-0/closed32", "default", "req_ratio"), matrix_cell("cpu-0/closed32", "bdp", "req_ratio")),
+    "2 ms of CPU a request at 2× capacity, default gate: goodput ÷ C, p99 s (bdp)": lambda: "{} ({})".format(
+        matrix_cell("cpu-2/open2", "default", "goodput_ratio", "ok_p99_s"),
+        matrix_cell("cpu-2/open2", "bdp", "goodput_ratio", "ok_p99_s")),
     "herd of 2,000 at μ = 200/s, `rate=200`: drain / (M/H), 5xx, new arrivals served":
         herd("admitgate static rate=200", "1.10"),
     "the same herd, no gate": herd("no gate", None),
