@@ -60,6 +60,9 @@ FALLBACK = f"{PREFIX}_backend_fallback"  # gauge: 1 while running on a local fal
 TENANT_REJECTED = f"{PREFIX}_tenant_rejected_requests"  # counter {tenant}: the TOP_TENANTS most rejected tenants
 TENANT_SHARE = f"{PREFIX}_tenant_share_requests_per_second"  # gauge {tenant}: their share of the capacity now
 SPARE = f"{PREFIX}_spare_requests"  # counter: admitted in a tenant's pool on what the other pools left
+UNTIED = f"{PREFIX}_untied_requests"  # counter: requests nothing tied to a client (no ticket, no key: a port of 0)
+UNTIED_ISSUED = f"{PREFIX}_untied_tickets_issued"  # counter: retry tickets handed to such clients
+UNTIED_RETURNED = f"{PREFIX}_untied_tickets_returned"  # counter: those tickets that came back
 #: Tenants exported by name: the most rejected ones, so the series stay bounded however many keys there are.
 TOP_TENANTS = 10
 
@@ -121,6 +124,11 @@ _DOC = {name: doc for name, _, doc in _GAUGES} | {
     TENANT_REJECTED: f"Rejections of the {TOP_TENANTS} tenants rejected most (tenants on).",
     TENANT_SHARE: f"Share of the capacity of the {TOP_TENANTS} tenants rejected most, now (requests/s).",
     SPARE: "Requests admitted in a tenant's pool beyond its share, on what the other pools left (0 without tenants).",
+    UNTIED: "Requests the gate could tie to no client (no retry ticket, no key: a peer port of 0 behind a proxy "
+    "that forwards no port); a returning one counts as a new arrival.",
+    UNTIED_ISSUED: "Retry tickets handed to clients nothing else identifies.",
+    UNTIED_RETURNED: "Retry tickets of clients nothing else identifies that came back (none: their clients keep no "
+    "cookies).",
 }
 #: Multi-process mode: gauges that add up over a server's processes (each process has its own share
 #: of the rate and its own requests); the others take the largest value over live processes.
@@ -169,6 +177,10 @@ class Tallied(Protocol):
     def quota_refused(self) -> int:
         """Requests refused over their key's quota (0 without a quota)."""
 
+    @property
+    def untied_counts(self) -> tuple[int, int, int]:
+        """Requests nothing tied to a client, tickets handed to such clients, and those that came back."""
+
 
 def snapshot(middleware: Tallied) -> Snapshot:
     """Read everything exported from one middleware (cheap: a few dozen attribute reads)."""
@@ -206,6 +218,7 @@ def snapshot(middleware: Tallied) -> Snapshot:
     estimator = (str(state.get("estimator", "static")), str(state.get("estimator_state", "static")))
     counters = {BACKEND_ERRORS: int(getattr(backend, "errors", 0)), OVERFLOW: gate.stats.overflow,
                 QUOTA_REFUSED: middleware.quota_refused}  # fmt: skip
+    counters[UNTIED], counters[UNTIED_ISSUED], counters[UNTIED_RETURNED] = middleware.untied_counts
     tenants: Ranked | None = getattr(middleware, "tenants", None)
     counters[SPARE] = 0 if tenants is None else tenants.spare
     top: list[tuple[str, int, float]] = []
@@ -302,7 +315,8 @@ class MultiprocessSync:
         self.paced = Counter(PACED, _DOC[PACED], ["route", "class"], registry=None)
         self.outcomes = Counter(OUTCOMES, _DOC[OUTCOMES], ["outcome"], registry=None)
         self.counters = {name: Counter(name, _DOC[name], registry=None)
-                         for name in (BACKEND_ERRORS, OVERFLOW, QUOTA_REFUSED, SPARE)}  # fmt: skip
+                         for name in (BACKEND_ERRORS, OVERFLOW, QUOTA_REFUSED, SPARE, UNTIED, UNTIED_ISSUED,
+                                      UNTIED_RETURNED)}  # fmt: skip
         self.estimator = Gauge(ESTIMATOR, _DOC[ESTIMATOR], ["estimator", "state"], registry=None,
                                multiprocess_mode="livemax")  # fmt: skip
         self.histograms = {

@@ -35,7 +35,8 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..core.errors import ConfigError, choice, flag, function, header_name, integer
-from .ticket import RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
+from .ticket import FRESH, RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
+from .untied import Untied
 
 Scope = Any  # an ASGI scope (a MutableMapping[str, Any])
 KeyFunc = Callable[[Scope], "Hashable | None"]
@@ -220,17 +221,20 @@ class Recogniser:
     ``repr(key_func(scope))`` (keyed with the ticket secret, or a random one without tickets: it reveals
     nothing about the key, and replicas sharing the secret compute the same id); else, with tickets on, a
     fresh random id (a ticket cookie will carry it), without tickets None. Never raises: a key function that
-    fails, or returns a key whose ``repr`` fails, makes the request anonymous and logs one warning.
+    fails, or returns a key whose ``repr`` fails, makes the request anonymous and logs one warning. Requests that
+    nothing identifies, and the fresh ids' tickets that come back, are counted in ``untied``.
     """
 
-    __slots__ = ("_ids", "_wall_clock", "_warned", "key_func", "ticket")
+    __slots__ = ("_ids", "_wall_clock", "_warned", "key_func", "ticket", "untied")
 
-    def __init__(self, key_func: KeyFunc, ticket: RetryTicket | None, wall_clock: Clock) -> None:
+    def __init__(self, key_func: KeyFunc, ticket: RetryTicket | None, wall_clock: Clock,
+                 untied: Untied | None = None) -> None:  # fmt: skip
         self.key_func = key_func
         self.ticket = ticket
         self._ids = ticket or RetryTicket()  # without tickets, ids are keyed with a per-process secret
         self._wall_clock = wall_clock
         self._warned = False
+        self.untied = Untied() if untied is None else untied
 
     def __call__(self, scope: Scope) -> str | None:
         ticket = self.ticket
@@ -242,6 +246,8 @@ class Recogniser:
                     for value in cookie_tickets(cookie_string(lines)):
                         ticket_id = ticket.verify(value, now)
                         if ticket_id is not None:
+                            if ticket_id.startswith(FRESH):
+                                self.untied.ticket_returned()
                             return ticket_id
             key = self.key_func(scope)
             material = None if key is None else repr(key).encode("utf-8", "backslashreplace")
@@ -252,4 +258,6 @@ class Recogniser:
                 log.warning("admitgate: key function %r failed (%r); such requests are anonymous", self.key_func, exc)
         if material is not None:
             return self._ids.key_id(material)
+        client = scope.get("client")
+        self.untied.untied(client[1] if client else None)
         return None if ticket is None else ticket.new_id()

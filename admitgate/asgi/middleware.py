@@ -141,7 +141,7 @@ class AdmitGate:
         self._room_freed, self._waiting = self.decider.room_freed, self.decider.waiting_for_room
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts read at scrape time
         self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
-                                   clock, wall_clock, self.gate.max_pacing_delay)  # fmt: skip
+                                   clock, wall_clock, self.gate.max_pacing_delay, self._recognise.untied)  # fmt: skip
         self._metrics_mounts: frozenset[str] | None = None  # paths of the app's mounts of a metrics app
         attach(parts.backend, self.gate, parts.tenants, clock)
         self._tally_on = metrics is not None
@@ -298,6 +298,12 @@ class AdmitGate:
     def retry_after_sum(self) -> int:
         """Seconds of Retry-After given out (for metrics)."""
         return self.responses.retry_after_sum
+
+    @property
+    def untied_counts(self) -> tuple[int, int, int]:
+        """Requests nothing tied to a client, tickets handed to such clients, and those that came back: for
+        metrics (see :mod:`admitgate.asgi.untied`)."""
+        return self._recognise.untied.counts
 
     @property
     def quota_refused(self) -> int:

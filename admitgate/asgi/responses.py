@@ -21,19 +21,22 @@ from .cors import AppCors
 from .exchange import Exchange
 from .headers import Header, HeaderPolicy
 from .limits import Allowance, Refusal
-from .ticket import RetryTicket
+from .ticket import FRESH, RetryTicket
 from .types import Receive, Scope, Send
+from .untied import Untied
 
 
 class Responder:
     """The responses of one :class:`~admitgate.asgi.middleware.AdmitGate`: ``headers`` renders them, ``cors`` adds
     the app's CORS policy, ``decider`` says an admitted response's rate-limit fields, ``ticket`` (or None) adds
-    its cookie. Times in seconds (``clock`` the gate's, ``wall_clock`` the tickets'; a ticket outlives its
-    Retry-After by ``max_pacing_delay`` and the schedule's grace)."""
+    its cookie (counted in ``untied`` when it is all that ties its client). Times in seconds (``clock`` the gate's,
+    ``wall_clock`` the tickets'; a ticket outlives its Retry-After by ``max_pacing_delay`` and the schedule's grace)."""
 
     def __init__(self, headers: HeaderPolicy, cors: AppCors, decider: Decider, ticket: RetryTicket | None,
-                 clock: Clock, wall_clock: Clock, max_pacing_delay: float) -> None:  # fmt: skip
+                 clock: Clock, wall_clock: Clock, max_pacing_delay: float,
+                 untied: Untied | None = None) -> None:  # fmt: skip
         self.headers, self.cors, self.decider = headers, cors, decider
+        self.untied = Untied() if untied is None else untied
         self.ticket, self.clock, self.wall_clock = ticket, clock, wall_clock
         self.max_pacing_delay = max_pacing_delay
         self.retry_after_counts = [0] * (len(RETRY_AFTER_BOUNDS) + 1)  #: 429s per Retry-After bucket
@@ -49,7 +52,10 @@ class Responder:
         headers, body = self.headers.rejection(retry_after, rate)
         if self.ticket is not None and isinstance(ident, str):
             max_age = retry_after + math.ceil(self.max_pacing_delay + SLOT_GRACE)
-            cookie = self.ticket.set_cookie(ident, self.wall_clock(), max_age, scope.get("scheme", "http"))
+            now_wall = self.wall_clock()
+            cookie = self.ticket.set_cookie(ident, now_wall, max_age, scope.get("scheme", "http"))
+            if ident.startswith(FRESH):
+                self.untied.ticket_issued(now_wall, now_wall + max_age)
             headers.append((b"set-cookie", cookie))
         await self.send_rejection(scope, send, retry_after, headers, body)
 

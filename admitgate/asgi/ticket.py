@@ -36,6 +36,8 @@ MAX_TICKETS = 4
 _MAX_CANDIDATES = 8
 #: Longer values are not tickets (an issued one is about 60 bytes; verify refuses over 128).
 _MAX_VALUE = 128
+#: The first character of a fresh id (a keyed digest is hex): its ticket is all that ties its client to it.
+FRESH = "u"
 
 
 def _b64(raw: bytes) -> str:
@@ -69,8 +71,9 @@ class RetryTicket:
 
     @staticmethod
     def new_id() -> str:
-        """A fresh random ticket id (for a client that nothing else identifies)."""
-        return secrets.token_hex(16)
+        """A fresh random ticket id (for a client that nothing else identifies): :data:`FRESH` and 124 random bits,
+        as long as a key's id."""
+        return FRESH + secrets.token_hex(16)[1:]
 
     def issue(self, ticket_id: str, expires_wall: float) -> str:
         """A ticket value for ``ticket_id`` valid until ``expires_wall`` (Unix seconds)."""
