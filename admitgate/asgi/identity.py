@@ -34,6 +34,7 @@ from itertools import chain
 from typing import Any
 
 from ..core.clock import Clock
+from ..core.decision import Stranger
 from ..core.errors import ConfigError, choice, flag, function, header_name, integer
 from .ticket import FRESH, RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 from .untied import Untied
@@ -246,8 +247,9 @@ class Recogniser:
                     for value in cookie_tickets(cookie_string(lines)):
                         ticket_id = ticket.verify(value, now)
                         if ticket_id is not None:
-                            if ticket_id.startswith(FRESH):
+                            if ticket_id.startswith(FRESH):  # (a made-up id, as when it was issued)
                                 self.untied.ticket_returned()
+                                return Stranger(ticket_id)
                             return ticket_id
             key = self.key_func(scope)
             material = None if key is None else repr(key).encode("utf-8", "backslashreplace")
@@ -260,4 +262,4 @@ class Recogniser:
             return self._ids.key_id(material)
         client = scope.get("client")
         self.untied.untied(client[1] if client else None)
-        return None if ticket is None else ticket.new_id()
+        return None if ticket is None else Stranger(ticket.new_id())

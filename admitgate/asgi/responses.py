@@ -14,14 +14,14 @@ from bisect import bisect_left
 from collections.abc import Hashable
 
 from ..core.clock import Clock
-from ..core.decision import Decider
+from ..core.decision import Decider, Stranger
 from ..core.schedule import SLOT_GRACE
 from ..metrics import RETRY_AFTER_BOUNDS
 from .cors import AppCors
 from .exchange import Exchange
 from .headers import Header, HeaderPolicy
 from .limits import Allowance, Refusal
-from .ticket import FRESH, RetryTicket
+from .ticket import RetryTicket
 from .types import Receive, Scope, Send
 from .untied import Untied
 
@@ -54,7 +54,7 @@ class Responder:
             max_age = retry_after + math.ceil(self.max_pacing_delay + SLOT_GRACE)
             now_wall = self.wall_clock()
             cookie = self.ticket.set_cookie(ident, now_wall, max_age, scope.get("scheme", "http"))
-            if ident.startswith(FRESH):
+            if isinstance(ident, Stranger):
                 self.untied.ticket_issued(now_wall, now_wall + max_age)
             headers.append((b"set-cookie", cookie))
         await self.send_rejection(scope, send, retry_after, headers, body)

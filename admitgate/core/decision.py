@@ -24,6 +24,13 @@ PACING_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
 Identify = Callable[[], "Hashable | None"]
 
 
+class Stranger(str):
+    """A key that ties its request to no client: an id made up for it (a retry ticket's cookie may carry it back).
+    Its client, back without that cookie, is a new request again (see :class:`~admitgate.core.newrate.NewRate`)."""
+
+    __slots__ = ()
+
+
 class Verdict(Enum):
     ADMIT = "admitted"
     PACE = "paced"

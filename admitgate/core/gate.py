@@ -18,7 +18,8 @@ and keeps it. The schedule moves at H = μ − λ_new, so the bucket keeps λ_ne
 
 λ_new is measured, not configured: the rate of requests from clients holding no place, as the median
 of the last few whole seconds, so that a herd's own first wave (it arrives within a second) does not
-count as new traffic.
+count as new traffic; less the returns told to clients nothing tied (a :class:`~admitgate.core.decision.Stranger`)
+that nobody claimed, which come back looking new (see :class:`~admitgate.core.newrate.NewRate`).
 
 The Retry-After of a place is ``ceil(τ − lead)``, at least 1, where τ is the forecast time until the
 place is due (see :func:`admitgate.core.schedule.forecast`) and ``lead = min(1 s, max_pacing_delay)``: a
@@ -40,7 +41,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sized
 
-from .decision import ADMITTED, PACING_BOUNDS, Decision, Identify, Verdict
+from .decision import ADMITTED, PACING_BOUNDS, Decision, Identify, Stranger, Verdict
 from .pacer import TokenPacer
 from .priority import Priority
 from .rates import GateRates
@@ -113,12 +114,16 @@ class Gate(GateRates):
             if place is None:
                 return self._new_request(key, cost, reserve, now)
             stats.returning += 1
+            if isinstance(key, Stranger):
+                self._new.claimed(place[2])
             return self._returning(key, place, cost, reserve, now, now)
         if schedule.book:  # someone holds a place: if it is this client, it got in early
             key = identify()
             place = schedule.forget(key, now) if key is not None else None
             if place is not None:
                 stats.returning += 1
+                if isinstance(key, Stranger):
+                    self._new.claimed(place[2])
                 schedule.release(place[0], place[1], now)
         return ADMITTED
 
@@ -348,8 +353,11 @@ class Gate(GateRates):
                 hold = min(self.tarpit, retry_after - 1)  # what is held comes off the wait it is told
                 retry_after = math.ceil(retry_after - hold)
                 self.tarpitted += 1
+        told = now + hold + retry_after
+        if key is None or isinstance(key, Stranger):  # (back then as a new request, unless its ticket comes back)
+            self._new.told(told)
         if key is not None:
-            schedule.hold(key, (place[0], place[1], now + hold + retry_after), now)
+            schedule.hold(key, (place[0], place[1], told), now)
         stats.rejected += 1
         return Decision(Verdict.REJECT, hold, retry_after, schedule.rate, key)
 
