@@ -35,6 +35,25 @@ def test_a_port_of_zero_is_not_a_connection() -> None:
     assert connection_key(1)(scope(("127.0.0.1", 0), [("x-forwarded-for", "203.0.113.7")])) is None
 
 
+@pytest.mark.parametrize(("version", "connection", "kept"), [
+    ("1.1", None, True), ("1.1", "keep-alive", True), ("1.1", "close", False), ("1.1", "Upgrade, Close", False),
+    ("1.0", None, False), ("1.0", "keep-alive", True), ("2", None, True),
+])  # fmt: skip
+def test_a_connection_the_request_closes_is_not_its_clients_identity(version, connection, kept) -> None:
+    # a new connection from the same port after it closed is another client, not this one back early
+    headers = [] if connection is None else [("connection", connection)]
+    request = {**scope(("127.0.0.1", 41000), headers), "http_version": version}
+    assert (connection_key()(request) is not None) is kept
+
+
+def test_behind_a_proxy_the_hop_it_closes_is_not_the_clients_connection() -> None:
+    # nginx talks HTTP/1.0 with Connection: close to the app; the client's own connection is the forwarded one
+    request = {**scope(("127.0.0.1", 41000), [("connection", "close"), ("forwarded", 'for="192.0.2.7:4711"')]),
+               "http_version": "1.0"}  # fmt: skip
+    assert connection_key(1, "forwarded")(request) == connection_key(1, "forwarded")({**request, "http_version": "1.1"})
+    assert connection_key(1, "forwarded")(request) is not None
+
+
 def test_a_connection_carrying_another_users_request_is_another_client() -> None:
     key = connection_key()
     alice = [("authorization", "Bearer a"), ("user-agent", "app/1")]

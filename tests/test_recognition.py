@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 
 import httpx
@@ -13,6 +14,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from admitgate import AdmitGate, ManualClock, Settings
+from lab.serving import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +85,31 @@ def test_a_client_on_a_unix_socket_is_recognised_by_its_ticket(serve) -> None:
                 tries = [retry_after(returning.get("/")) for _ in range(3)]
                 assert "admitgate_rt" in returning.cookies
     assert tries == [2, 2, 2]  # one slot, kept (it was 2, 3, 4: a new slot for every try)
+
+
+def test_a_new_connection_from_a_rejected_clients_port_is_not_held_as_an_early_returner(serve) -> None:
+    # fresh, cookie-less one-shot clients (Connection: close): the source port of a closed one comes back
+    gate = gated(settings=Settings(burst=1, max_pacing_delay=0, tarpit=0.5))
+    with serve(gate) as base:
+        port = int(base.rsplit(":", 1)[1])
+        assert httpx.get(base).status_code == 200
+        source = free_port()
+        told = [one_shot(port, source) for _ in range(2)]  # the second connection from the port the first closed
+    assert told[0][0] == told[1][0] == 429
+    assert gate.gate.stats.early == 0 and gate.gate.stats.returning == 0
+    assert told[1][1] > told[0][1]  # a place of its own, behind the first one's
+
+
+def one_shot(port: int, source: int) -> tuple[int, int]:
+    """One GET from loopback port ``source`` on a new connection that asks to close: (status, Retry-After)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", source))
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: gate.test\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):  # to the server's close: the connection is over
+            reply += chunk
+    head = reply.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in head[1:])
+    return int(head[0].split(" ")[1]), int(fields["retry-after"])

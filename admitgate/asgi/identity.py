@@ -8,7 +8,8 @@ A **returning client** is, in this order (see :class:`Recogniser`, which turns a
    keep-alive connection or a client's connection pool carries many users' requests; a request with other
    credentials, cookies, user agent or forwarding chain on the same connection is another client. A port of
    0 is not a connection: uvicorn's ``--proxy-headers`` writes ``(address, 0)`` for a forwarded request, and
-   every connection from that address would share it;
+   every connection from that address would share it. Nor is one the request closes (``Connection: close``):
+   a connection's identity does not outlive it, and a new connection from the same port is someone else;
 3. nobody: with tickets on, a fresh random id, so the 429's ticket cookie recognises the client when it
    comes back (a Unix socket has no peer address at all).
 
@@ -142,11 +143,23 @@ def user_digest(scope: Scope) -> int:
     return hash(b"\n".join(chain.from_iterable(found)))
 
 
+def closes(scope: Scope) -> bool:
+    """Whether the request says its connection ends with its response: ``Connection: close``, or HTTP/1.0
+    without ``Connection: keep-alive``."""
+    version = scope.get("http_version")
+    if version not in ("1.1", "1.0"):  # (HTTP/2 and 3: a stream of a connection that outlives it)
+        return False
+    values = b",".join(header_values(scope, b"connection")).lower()
+    return b"keep-alive" not in values if version == "1.0" else b"close" in values
+
+
 def connection_key(trusted_hops: int = 0, forwarded: str = "x-forwarded-for") -> KeyFunc:
     """Key by the client's connection, bound to its :func:`user_digest`; None when there is no connection.
 
     The connection is the peer ``(host, port)``; with ``trusted_hops`` ≥ 1 and a port in the trusted node
-    (``for="192.0.2.7:4711"``), the client's own connection to the outermost proxy. A port of 0 is none.
+    (``for="192.0.2.7:4711"``), the client's own connection to the outermost proxy. A port of 0 is none, and so
+    is a peer connection the request says ends with its response (:func:`closes`): the next connection from that
+    port is another client's.
     """
     check_forwarding(trusted_hops, forwarded)
 
@@ -154,7 +167,7 @@ def connection_key(trusted_hops: int = 0, forwarded: str = "x-forwarded-for") ->
         endpoint = forwarded_client(scope, trusted_hops, forwarded) if trusted_hops else None
         if endpoint is None or not endpoint[1]:
             client = scope.get("client")
-            if not client or not client[1]:
+            if not client or not client[1] or closes(scope):
                 return None
             endpoint = (str(client[0]), client[1])
         return ("conn", endpoint, user_digest(scope))
