@@ -28,6 +28,7 @@ Nothing here raises on malformed input, and the work per request is linear in th
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from itertools import chain
 from typing import Any
 
 from ..core.clock import Clock
-from ..core.decision import Stranger
+from ..core.decision import ClientKey, Stranger
 from ..core.errors import ConfigError, choice, flag, function, header_name, integer
 from .ticket import FRESH, RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 from .untied import Untied
@@ -124,6 +125,22 @@ def client_address(scope: Scope, trusted_hops: int = 0, forwarded: str = "x-forw
     except Exception:  # a mangled scope must never fail the request
         return peer
     return found[0] if found else peer
+
+
+def source_of(address: str | None) -> str | None:
+    """The source an address is counted in: its /24 for IPv4 (``"192.0.2"``), its /64 for IPv6, the address
+    itself if it is neither (a name); None for no address. One source holds places ahead of others' up to its
+    share (see :class:`~admitgate.core.schedule.Schedule`): a client with many connections, or a network with many
+    addresses, is one source."""
+    if not address:
+        return None
+    if ":" not in address:  # (IPv4, or a name: the cheap case, on the path of every request while places are held)
+        network, dot, _ = address.rpartition(".")
+        return network if dot and network.replace(".", "").isdigit() else address[:_MAX_NODE]
+    try:
+        return str(ipaddress.IPv6Network((address.split("%", 1)[0], 64), strict=False))
+    except ValueError:
+        return address[:_MAX_NODE]
 
 
 def user_digest(scope: Scope) -> int:
@@ -227,6 +244,11 @@ class Identity:
         object.__setattr__(self, "secret", ticket_secret(self.ticket))
         flag("secure_cookie", self.secure_cookie)
 
+    @property
+    def forwarding(self) -> tuple[int, str]:
+        """``(trusted_hops, forwarded)``: where the client's address is read (see :func:`client_address`)."""
+        return self.trusted_hops, self.forwarded
+
 
 class Recogniser:
     """Turns a request into its booking key: an opaque ``str``, or None when nothing can be known.
@@ -239,11 +261,12 @@ class Recogniser:
     nothing identifies, and the fresh ids' tickets that come back, are counted in ``untied``.
     """
 
-    __slots__ = ("_ids", "_wall_clock", "_warned", "key_func", "ticket", "untied")
+    __slots__ = ("_ids", "_wall_clock", "_warned", "forwarding", "key_func", "ticket", "untied")
 
-    def __init__(self, key_func: KeyFunc, ticket: RetryTicket | None, wall_clock: Clock,
-                 untied: Untied | None = None) -> None:  # fmt: skip
+    def __init__(self, key_func: KeyFunc, ticket: RetryTicket | None, wall_clock: Clock, untied: Untied | None = None,
+                 forwarding: tuple[int, str] = (0, "x-forwarded-for")) -> None:  # fmt: skip
         self.key_func = key_func
+        self.forwarding = forwarding  # (trusted_hops, forwarded): where the client's address, its source, is read
         self.ticket = ticket
         self._ids = ticket or RetryTicket()  # without tickets, ids are keyed with a per-process secret
         self._wall_clock = wall_clock
@@ -251,6 +274,15 @@ class Recogniser:
         self.untied = Untied() if untied is None else untied
 
     def __call__(self, scope: Scope) -> str | None:
+        """The booking key (a :class:`~admitgate.core.decision.ClientKey` carrying the client's address's
+        :func:`source_of`; a :class:`~admitgate.core.decision.Stranger` for a made-up id), or None."""
+        key = self._key(scope)
+        if key is None:
+            return None
+        source = source_of(client_address(scope, *self.forwarding))
+        return Stranger(key, source) if isinstance(key, Stranger) else ClientKey(key, source)
+
+    def _key(self, scope: Scope) -> str | None:
         ticket = self.ticket
         try:
             if ticket is not None:
@@ -262,7 +294,7 @@ class Recogniser:
                         if ticket_id is not None:
                             if ticket_id.startswith(FRESH):  # (a made-up id, as when it was issued)
                                 self.untied.ticket_returned()
-                                return Stranger(ticket_id)
+                                return Stranger(ticket_id)  # (its source is set by the caller)
                             return ticket_id
             key = self.key_func(scope)
             material = None if key is None else repr(key).encode("utf-8", "backslashreplace")

@@ -24,11 +24,22 @@ PACING_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
 Identify = Callable[[], "Hashable | None"]
 
 
-class Stranger(str):
+class ClientKey(str):
+    """A client's key (the string) and the ``source`` it comes from: an address prefix, say, which is not part of
+    who the client is (equal keys are one client wherever it comes from) but bounds the places one source may hold
+    ahead of others (see :meth:`~admitgate.core.schedule.Schedule.take`)."""
+
+    source: Hashable | None
+
+    def __new__(cls, key: str, source: Hashable | None = None) -> ClientKey:
+        made = super().__new__(cls, key)
+        made.source = source
+        return made
+
+
+class Stranger(ClientKey):
     """A key that ties its request to no client: an id made up for it (a retry ticket's cookie may carry it back).
     Its client, back without that cookie, is a new request again (see :class:`~admitgate.core.newrate.NewRate`)."""
-
-    __slots__ = ()
 
 
 class Verdict(Enum):

@@ -149,8 +149,15 @@ class Gate(GateRates):
         # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
         # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
         start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
-        position = self.schedule.take(cost, now, start)
-        return self._reject(key, (position, cost, now), now, early=False)
+        return self._reject(key, (self._new_place(key, cost, now, start), cost, now), now, early=False)
+
+    def _new_place(self, key: Hashable | None, cost: float, now: float, start: float) -> float:
+        """A new place for ``key`` (see :meth:`Schedule.take`): its source's share is ``source_share`` seconds of
+        the promised H (at least ``source_places`` tokens), so that one source flooding the schedule with identities
+        keeps others waiting that long at most."""
+        t = self.tuning
+        share = max(t.source_places, self._promise * t.source_share)
+        return self.schedule.take(cost, now, start, getattr(key, "source", None), share)
 
     def _returning(self, key: Hashable, place: Place, cost: float, reserve: float, now: float,
                    since: float) -> Decision:  # fmt: skip
@@ -301,7 +308,7 @@ class Gate(GateRates):
         """A hold turned away (no room in flight within its window, or its token would now come too late): the next
         place in the schedule, as a request that found no token is given. (At the head, a crowd turned away at once,
         as a herd held for room at an unknown capacity is, was told one second all together.)"""
-        return self._reject(key, (self.schedule.take(cost, now, 0.0), cost, now), now, early=False)
+        return self._reject(key, (self._new_place(key, cost, now, 0.0), cost, now), now, early=False)
 
     def wait_room(self, wake: Callable[[], bool]) -> None:
         """Call ``wake`` when room in flight may have come (see :meth:`room_freed`)."""

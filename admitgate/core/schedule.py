@@ -25,6 +25,11 @@ The book maps a client key to ``(position, cost, told)``: its place, its width a
 told to come back (seconds). It is bounded (``max_keys``) and every entry expires ``SLOT_GRACE``
 seconds after the time the client was told, so a client that sleeps exactly Retry-After and comes
 back on a slow network is still recognised.
+
+One source (a key's ``source``: an address prefix) holds places in the common queue up to its share; its places
+beyond it go behind everyone's, on a lane of their own that later places from other sources do not wait behind.
+One source alone is placed as before, and one that floods the schedule with identities pushes others back by
+its share at most, whether or not it ever claims its places.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class Schedule:
     book. Every method takes ``now`` (seconds) and does O(1) work (amortised, for the book).
     """
 
-    __slots__ = ("_at", "_book", "_head", "_rate", "_tail", "_uniform", "placement", "window")
+    __slots__ = ("_at", "_book", "_head", "_rate", "_sources", "_spill", "_tail", "_uniform", "placement", "window")
 
     def __init__(
         self,
@@ -72,7 +77,9 @@ class Schedule:
         self._head = 0.0  # position of the head at _at
         self._at = now
         self._tail = 0.0  # the next free position (<= head when nobody waits)
+        self._spill = 0.0  # the end of the places of sources beyond their share (behind the tail when they were made)
         self._book: BoundedExpiringMap[Place] = BoundedExpiringMap(max_keys)
+        self._sources: BoundedExpiringMap[int] = BoundedExpiringMap(max_keys)  # source -> places it holds (at most)
         self._uniform = uniform
 
     # -- the head ---------------------------------------------------------------------------
@@ -99,18 +106,33 @@ class Schedule:
         """Seconds until the head reaches ``position`` at the current H (<= 0: due)."""
         return (position - self.head(now)) / self._rate
 
+    @property
+    def _end(self) -> float:
+        """The end of the last place given (the common queue's, or a source's beyond its share)."""
+        return self._tail if self._tail > self._spill else self._spill
+
     def backlog(self, now: float) -> float:
         """Tokens of places not yet due at ``now``."""
-        return max(0.0, self._tail - self.head(now))
+        return max(0.0, self._end - self.head(now))
 
     def horizon(self, now: float) -> float:
         """Seconds from ``now`` until the last waiting position is due, at the current H (0: nobody waits)."""
-        return max(0.0, (self._tail - self.head(now)) / self._rate)
+        return max(0.0, (self._end - self.head(now)) / self._rate)
 
     # -- places -----------------------------------------------------------------------------
-    def take(self, cost: float, now: float, start: float = 0.0) -> float:
-        """A new place, ``cost`` tokens wide, due no sooner than ``start`` seconds from now; its position."""
+    def take(self, cost: float, now: float, start: float = 0.0, source: Hashable | None = None,
+             share: float = math.inf) -> float:  # fmt: skip
+        """A new place, ``cost`` tokens wide, due no sooner than ``start`` seconds from now; its position.
+
+        A ``source`` holding ``share`` tokens of places or more gets it behind every place given so far, without
+        moving the common queue's tail: places from elsewhere are not pushed back by it."""
         first = self.head(now) + self._rate * start
+        held = None if source is None else self._sources.get(source, now)
+        if held is not None and held * cost >= share:
+            end = self._end
+            position = end if end > first else first
+            self._spill = position + cost
+            return position
         position = self._tail if self._tail > first else first
         self._tail = position + cost
         if self.placement == "jitter":
@@ -125,7 +147,7 @@ class Schedule:
         up unused, and a new place could land on one still held.)"""
         head = self.head(now)
         if position > head:
-            self._head, self._at = min(head + cost, self._tail), now
+            self._head, self._at = min(head + cost, self._end), now
 
     # -- the book ---------------------------------------------------------------------------
     @property
@@ -153,12 +175,26 @@ class Schedule:
         return self._book.get(key, now)
 
     def hold(self, key: Hashable, place: Place, now: float) -> None:
-        """Book ``key`` at ``place``; it is forgotten ``SLOT_GRACE`` s after it was told to come back."""
+        """Book ``key`` at ``place``; it is forgotten ``SLOT_GRACE`` s after it was told to come back. A new
+        place is counted to the key's ``source`` (if it has one) until then."""
+        source = getattr(key, "source", None)
+        if source is not None and key not in self._book.data:
+            held = self._sources.get(source, now) or 0
+            expires = max(place[2] + SLOT_GRACE, self._sources.data.get(source, (0.0, 0))[0])
+            self._sources.put(source, held + 1, expires, now)
         self._book.put(key, place, place[2] + SLOT_GRACE, now)
 
     def forget(self, key: Hashable, now: float) -> Place | None:
         """Remove ``key``'s place (it was admitted); return it."""
-        return self._book.pop(key, now)
+        place = self._book.pop(key, now)
+        source = getattr(key, "source", None)
+        if place is not None and source is not None:
+            held = self._sources.get(source, now)
+            if held is not None and held > 1:
+                self._sources.put(source, held - 1, self._sources.data[source][0], now)
+            elif held is not None:
+                self._sources.pop(source, now)
+        return place
 
     def __repr__(self) -> str:
         return f"Schedule(H={self._rate:g}/s, head={self._head:.1f}@{self._at:.3f}, tail={self._tail:.1f})"

@@ -35,7 +35,10 @@ class GateTuning:
     flight up to this many of the service's latencies (room comes at the service's pace: the in-flight limit
     doubles each latency), and no less than a pacing window; while no capacity is known, no less than ``lead``.
     ``unknown``: how fast the schedule's head moves while no capacity is known, tokens/s (as good as not at all:
-    places keep their order until it is measured).
+    places keep their order until it is measured). ``source_share``, ``source_places``: one source (an address
+    prefix) holds places in the schedule's common queue up to this many seconds of the promised H, and at least
+    this many tokens of them; its places beyond that go behind everyone's (see
+    :meth:`~admitgate.core.schedule.Schedule.take`).
     """
 
     min_share: float = 0.05
@@ -52,6 +55,8 @@ class GateTuning:
     waiter_windows: float = 2.0
     room_latencies: float = 4.0
     unknown: float = 1e-6
+    source_share: float = 2.0
+    source_places: float = 20.0
 
 
 #: The gate's tuning as chosen (every gate's unless one is given).
