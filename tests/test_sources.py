@@ -10,6 +10,7 @@ from admitgate.asgi.ticket import RetryTicket
 from admitgate.core.decision import ClientKey, Verdict
 from admitgate.core.gate import Gate
 from admitgate.core.priority import DEFAULT_CLASSES
+from admitgate.core.schedule import Schedule
 from admitgate.core.tuning import GATE
 
 DEFAULT = DEFAULT_CLASSES["default"]
@@ -68,12 +69,24 @@ def test_a_source_whose_clients_are_let_in_gets_its_share_back() -> None:
     share = int(GATE.source_share * RATE)
     keys = [ClientKey(f"c{i}", "198.51.100") for i in range(share)]
     for key in keys:
-        g.schedule.hold(key, (0.0, 1.0, 1.0), 0.0)
-    assert g.schedule.take(1.0, 0.0, 0.0, "198.51.100", share) >= g.schedule.backlog(0.0) - 1  # behind all
+        g.schedule.hold(key, (g.schedule.take(1.0, 0.0, 0.0, "198.51.100", share), 1.0, 1.0), 0.0)
     for key in keys[:10]:
         assert g.schedule.forget(key, 0.5) is not None
     first = g.schedule.take(1.0, 0.5, 0.0, "203.0.113", share)
     assert g.schedule.take(1.0, 0.5, 0.0, "198.51.100", share) == first + 1  # within its share again: the queue
+
+
+def test_a_lone_source_never_places_a_client_over_its_own_places() -> None:
+    # a herd from one address: past its share, then within it again near the end of its drain
+    schedule = Schedule(RATE)
+    positions = []
+    for i in range(1000):
+        positions.append(schedule.take(1.0, 0.0, 0.0, "127.0.0", 100.0))
+        schedule.hold(ClientKey(f"c{i}", "127.0.0"), (positions[-1], 1.0, 1.0), 0.0)
+    assert positions == [float(i) for i in range(1000)]  # in order, as without the rule
+    for i in range(950):
+        schedule.forget(ClientKey(f"c{i}", "127.0.0"), 1.0)
+    assert schedule.take(1.0, 1.0, 0.0, "127.0.0", 100.0) == 1000.0  # behind its own, not over them
 
 
 @pytest.mark.parametrize(("address", "source"), [

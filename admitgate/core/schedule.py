@@ -79,7 +79,9 @@ class Schedule:
         self._tail = 0.0  # the next free position (<= head when nobody waits)
         self._spill = 0.0  # the end of the places of sources beyond their share (behind the tail when they were made)
         self._book: BoundedExpiringMap[Place] = BoundedExpiringMap(max_keys)
-        self._sources: BoundedExpiringMap[int] = BoundedExpiringMap(max_keys)  # source -> places it holds (at most)
+        #: source -> [places it holds (at most: expired ones count until its last does), the end of its places
+        #: beyond its share]
+        self._sources: BoundedExpiringMap[list[float]] = BoundedExpiringMap(max_keys)
         self._uniform = uniform
 
     # -- the head ---------------------------------------------------------------------------
@@ -124,14 +126,15 @@ class Schedule:
              share: float = math.inf) -> float:  # fmt: skip
         """A new place, ``cost`` tokens wide, due no sooner than ``start`` seconds from now; its position.
 
-        A ``source`` holding ``share`` tokens of places or more gets it behind every place given so far, without
-        moving the common queue's tail: places from elsewhere are not pushed back by it."""
+        A ``source`` holding ``share`` tokens of places or more, or places beyond the common queue's tail already,
+        gets it behind every place given so far, without moving that tail: places from elsewhere are not pushed
+        back by it (and its own stay in their order: alone, a source is placed as if there were no rule)."""
         first = self.head(now) + self._rate * start
-        held = None if source is None else self._sources.get(source, now)
-        if held is not None and held * cost >= share:
+        entry = None if source is None else self._sources.get(source, now)
+        if entry is not None and (entry[0] * cost >= share or entry[1] > self._tail):
             end = self._end
             position = end if end > first else first
-            self._spill = position + cost
+            self._spill = entry[1] = position + cost
             return position
         position = self._tail if self._tail > first else first
         self._tail = position + cost
@@ -179,21 +182,23 @@ class Schedule:
         place is counted to the key's ``source`` (if it has one) until then."""
         source = getattr(key, "source", None)
         if source is not None and key not in self._book.data:
-            held = self._sources.get(source, now) or 0
-            expires = max(place[2] + SLOT_GRACE, self._sources.data.get(source, (0.0, 0))[0])
-            self._sources.put(source, held + 1, expires, now)
+            entry = self._sources.get(source, now)
+            expires = place[2] + SLOT_GRACE
+            if entry is None:
+                entry = [0.0, 0.0]
+            else:
+                expires = max(expires, self._sources.data[source][0])
+            entry[0] += 1
+            self._sources.put(source, entry, expires, now)
         self._book.put(key, place, place[2] + SLOT_GRACE, now)
 
     def forget(self, key: Hashable, now: float) -> Place | None:
         """Remove ``key``'s place (it was admitted); return it."""
         place = self._book.pop(key, now)
         source = getattr(key, "source", None)
-        if place is not None and source is not None:
-            held = self._sources.get(source, now)
-            if held is not None and held > 1:
-                self._sources.put(source, held - 1, self._sources.data[source][0], now)
-            elif held is not None:
-                self._sources.pop(source, now)
+        entry = None if place is None or source is None else self._sources.get(source, now)
+        if entry is not None and entry[0] > 0:
+            entry[0] -= 1
         return place
 
     def __repr__(self) -> str:
