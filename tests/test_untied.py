@@ -74,6 +74,7 @@ def test_tickets_that_never_come_back_are_said_once_after_the_first_has_expired(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     untied = Untied()
+    untied.untied(None)  # (a client on a Unix socket, whose connection stays open)
     with caplog.at_level(logging.WARNING, logger="admitgate"):
         for i in range(UNRETURNED + 10):
             untied.ticket_issued(float(i) / 10, float(i) / 10 + 8.0)  # 10 a second, each valid for 8 s
@@ -101,3 +102,15 @@ def test_fresh_ids_are_told_apart_from_keyed_ones_by_the_recogniser() -> None:
     fresh = recognise(http_scope(client=("127.0.0.1", 0)))
     assert recognise.untied.counts == (1, 0, 0) and recognise.untied.portless == 1
     assert not keyed.startswith("u") and fresh.startswith("u")
+
+
+def test_one_shot_clients_whose_tickets_never_come_back_are_not_said_to_keep_no_cookies(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # new arrivals on a connection each (Connection: close) make one try: their tickets never come back
+    untied = Untied()
+    with caplog.at_level(logging.WARNING, logger="admitgate"):
+        for i in range(2 * UNRETURNED):
+            untied.untied(41000 + i, closing=True)
+            untied.ticket_issued(float(i), float(i) + 1.0)
+    assert not caplog.records and untied.requests == 2 * UNRETURNED

@@ -306,5 +306,5 @@ class Recogniser:
         if material is not None:
             return self._ids.key_id(material)
         client = scope.get("client")
-        self.untied.untied(client[1] if client else None)
+        self.untied.untied(client[1] if client else None, closes(scope))
         return None if ticket is None else Stranger(ticket.new_id())

@@ -30,16 +30,19 @@ class Untied:
     tickets handed to untied clients; ``returned``: such tickets that came back valid.
     """
 
-    __slots__ = ("_first_expiry", "issued", "portless", "requests", "returned", "warned")
+    __slots__ = ("_first_expiry", "issued", "lasting", "portless", "requests", "returned", "warned")
 
     def __init__(self) -> None:
-        self.requests = self.portless = self.issued = self.returned = 0
+        self.requests = self.portless = self.lasting = self.issued = self.returned = 0
         self._first_expiry: float | None = None
         self.warned = False
 
-    def untied(self, port: int | None) -> None:
-        """A request nothing identifies; ``port``: its peer's port (None: no peer, a Unix socket)."""
+    def untied(self, port: int | None, closing: bool = False) -> None:
+        """A request nothing identifies; ``port``: its peer's port (None: no peer, a Unix socket); ``closing``: it
+        closes its connection (a one-shot client, whose ticket not coming back says nothing of cookies: such
+        requests alone never make the gate warn)."""
         self.requests += 1
+        self.lasting += not closing
         if port == 0:
             self.portless += 1
             if not self.warned:
@@ -50,7 +53,8 @@ class Untied:
         self.issued += 1
         if self._first_expiry is None:
             self._first_expiry = expires_wall
-        elif not self.warned and not self.returned and self.issued >= UNRETURNED and now_wall >= self._first_expiry:
+        elif (not self.warned and not self.returned and self.lasting and self.issued >= UNRETURNED
+              and now_wall >= self._first_expiry):  # fmt: skip
             self._warn(f"none of the {self.issued} retry tickets handed to clients nothing else identifies came back "
                        "(their clients keep no cookies)")  # fmt: skip
 
