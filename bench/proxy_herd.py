@@ -51,7 +51,9 @@ HERDS: dict[str, tuple[str | None, dict[str, str]]] = {
     "nginx, typical lines": (TYPICAL, {}),
     "nginx, port forwarded": (WITH_PORT, FORWARDED_PORT),
 }
-HERD_TARGETS = {"drain_ratio": 1.15, "new_served": 0.95, "server_5xx": 0}
+HERD_TARGETS = {"drain_ratio": 1.15, "new_served": 0.95, "server_5xx": 0, "new_429_held": 0}
+#: A 429 that took this long (seconds) was held: the tarpit of a client back before its time (1 s).
+HELD = 0.5
 HERD_KEYS = ["drain_ratio", "new_served", "server_5xx", "edge_peak_to_avg", "attempts", "retry_after_max",
              "finished", "bound_s", "drain_s"]  # fmt: skip
 #: name -> (the gate's environment, how the flooder rotates identities)
@@ -88,6 +90,9 @@ def herd(name: str, clients: int, deadline: float) -> dict[str, Any]:
                                               policy="urllib3"))  # fmt: skip
     summary = summarise(result, CAPACITY - NEW)
     out = {k: summary.get(k) for k in HERD_KEYS}
+    # 429s answered to new arrivals (fresh cookie-less connections) and those held as if their client were back early
+    fresh = [a for a in result.attempts if a.client < 0 and a.status == 429]
+    out["new_429"], out["new_429_held"] = len(fresh), sum(a.done - a.sent >= HELD for a in fresh)
     out["met"] = {k: out[k] is not None and (out[k] >= t if k == "new_served" else out[k] <= t)
                   for k, t in HERD_TARGETS.items()}  # fmt: skip
     return out
@@ -182,7 +187,8 @@ def report(result: dict[str, Any]) -> str:
              f"M/(μ−λ₀) = {result['bound_s']} s; targets {result['herd_targets']}"]  # fmt: skip
     for name, m in result.get("herd", {}).items():
         mark = " ".join(f"{k} {m[k]} {'✓' if ok else '✗'}" for k, ok in m["met"].items())
-        lines.append(f"  {name}: {mark}; edge peak/avg {m['edge_peak_to_avg']}, tries {m['attempts']}, "
+        lines.append(f"  {name}: {mark} (of {m['new_429']} 429s to new arrivals); edge peak/avg "
+                     f"{m['edge_peak_to_avg']}, tries {m['attempts']}, "
                      f"Retry-After max {m['retry_after_max']}, finished {m['finished']}")  # fmt: skip
     for name, m in result.get("flood", {}).items():
         lines.append(f"  flood ({result['identities']} identities in 1 s), {name}: honest Retry-After p50/max "
