@@ -1,7 +1,8 @@
 """A herd behind a real nginx beside the same herd reached directly, and a flooder beside honest newcomers, in one
 run, written to one results file.
 
-    python bench/proxy_herd.py [--clients 2000] [--identities 2000] [--deadline 90] [--parts herd,flood] [--out FILE]
+    python bench/proxy_herd.py [--clients 2000] [--identities 2000] [--deadline 90] [--honest-for 20]
+                               [--parts herd,flood] [--out FILE] [--json]
 
 **Herd.** The demo app (20 workers × 100 ms = 200 req/s, one uvicorn worker with its default flags, the gate with
 its defaults) on core 0; 2,000 clients released at once on core 1, each on its own keep-alive connection, keeping no
@@ -12,10 +13,11 @@ forwarded="forwarded")``). nginx (``lab/nginx.py``: its own config in a temp dir
 upstream without keep-alive, as nginx's defaults are) is not pinned.
 
 **Flood.** The demo app with ``--rate 200``; honest newcomers at 20/s from 127.0.0.1, each on a connection of its
-own, keeping its cookie and obeying Retry-After until served; 6 s in, one source rotates ``--identities``
-identities within a second and never comes back: a new connection each from 127.0.1.1 (another /24), or with
-``trusted_hops=1`` reached directly, a forged X-Forwarded-For each (the deployment mistake the docs warn about).
-Figures: the Retry-After told to honest newcomers from the flood on, and their wait from first try to service.
+own, keeping its cookie and obeying Retry-After until served, for ``--honest-for`` s; 6 s in, one source rotates
+``--identities`` identities within a second and never comes back: a new connection each from 127.0.1.1 (another
+/24), or with ``trusted_hops=1`` reached directly, a forged X-Forwarded-For each (the deployment mistake the docs
+warn about). Figures: the Retry-After told to honest newcomers from the flood on, and their wait from first try
+to service.
 
 Each figure stands beside its target; only 127.0.0.0/8 is targeted, and every run is bounded by ``--deadline``.
 """
@@ -61,7 +63,7 @@ FLOODS: dict[str, tuple[dict[str, str], str]] = {
     "connections from one /24": ({}, "connections"),
     "forged X-Forwarded-For, trusted_hops=1": ({"ADMITGATE_TRUSTED_HOPS": "1"}, "forged"),
 }
-FLOOD_AT, HONEST_FOR = 6.0, 20.0
+FLOOD_AT = 6.0
 
 
 @contextlib.contextmanager
@@ -98,8 +100,9 @@ def herd(name: str, clients: int, deadline: float) -> dict[str, Any]:
     return out
 
 
-async def flood_run(port: int, identities: int, how: str, seed: int = 1) -> dict[str, Any]:
-    """Honest newcomers for HONEST_FOR s, the flood FLOOD_AT s in; their Retry-Afters and waits from the flood on."""
+async def flood_run(port: int, identities: int, how: str, honest_for: float, seed: int = 1) -> dict[str, Any]:
+    """Honest newcomers for ``honest_for`` s, the flood FLOOD_AT s in; their Retry-Afters and waits from the flood
+    on."""
     rng = random.Random(seed)
     start = time.monotonic()
     told: list[tuple[float, int]] = []  # (seconds since start, Retry-After) told to honest newcomers
@@ -110,7 +113,7 @@ async def flood_run(port: int, identities: int, how: str, seed: int = 1) -> dict
     async def honest() -> None:
         client = Http1Client("127.0.0.1", port, keep_alive=False, cookies=True)
         first = time.monotonic() - start
-        while time.monotonic() - start < HONEST_FOR + 60:
+        while time.monotonic() - start < honest_for + 60:
             status, retry_after = await client.get("/work")
             if 200 <= status < 300:
                 waits.append((first, time.monotonic() - start - first))
@@ -142,7 +145,7 @@ async def flood_run(port: int, identities: int, how: str, seed: int = 1) -> dict
     tasks = [asyncio.ensure_future(forged(i)) for i in range(identities)]
     honest_tasks = []
     at = 0.0
-    while at < HONEST_FOR:
+    while at < honest_for:
         await asyncio.sleep(max(0.0, start + at - time.monotonic()))
         honest_tasks.append(asyncio.ensure_future(honest()))
         at += rng.expovariate(NEW)
@@ -159,13 +162,13 @@ async def flood_run(port: int, identities: int, how: str, seed: int = 1) -> dict
     }  # fmt: skip
 
 
-def flood(name: str, identities: int) -> dict[str, Any]:
+def flood(name: str, identities: int, honest_for: float) -> dict[str, Any]:
     env, how = FLOODS[name]
     with environment(env), demo_server(["--rate", str(int(CAPACITY))], cpu=0) as app:
-        return asyncio.run(flood_run(int(app.rsplit(":", 1)[1]), identities, how))
+        return asyncio.run(flood_run(int(app.rsplit(":", 1)[1]), identities, how, honest_for))
 
 
-def main(clients: int, identities: int, deadline: float, parts: list[str]) -> dict[str, Any]:
+def main(clients: int, identities: int, deadline: float, parts: list[str], honest_for: float = 20.0) -> dict[str, Any]:
     pin(1)
     try:  # the load generator must not be the bottleneck: uvloop where installed
         import uvloop
@@ -178,7 +181,7 @@ def main(clients: int, identities: int, deadline: float, parts: list[str]) -> di
     if "herd" in parts:
         out["herd"] = {name: herd(name, clients, deadline) for name in HERDS}
     if "flood" in parts:
-        out["flood"] = {name: flood(name, identities) for name in FLOODS}
+        out["flood"] = {name: flood(name, identities, honest_for) for name in FLOODS}
     return out
 
 
@@ -203,10 +206,12 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=2000)
     parser.add_argument("--identities", type=int, default=2000)
     parser.add_argument("--deadline", type=float, default=90.0)
+    parser.add_argument("--honest-for", type=float, default=20.0, help="seconds of honest newcomers in a flood run")
     parser.add_argument("--parts", default="herd,flood")
     parser.add_argument("--out", help="write the results (JSON) here too")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = main(args.clients, args.identities, args.deadline, args.parts.split(","))
+    result = main(args.clients, args.identities, args.deadline, args.parts.split(","), args.honest_for)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(report(result))
+    print(json.dumps(result, indent=2) if args.json else report(result))

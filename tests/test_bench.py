@@ -190,3 +190,11 @@ def test_ablation_smoke(tmp_path: Path) -> None:
     assert bare["r5xx"] > base["r5xx"]
     assert set(result["compared"]) == {"base", "no-floor"}
     assert json.loads((tmp_path / "ablation.json").read_text())["seeds"] == 1
+
+
+def test_proxy_herd_smoke_behind_nginx() -> None:
+    result = run(str(BENCH / "proxy_herd.py"), "--clients", "40", "--identities", "40", "--deadline", "20",
+                 "--honest-for", "8")  # fmt: skip
+    assert set(result["herd"]) == {"direct", "nginx, typical lines", "nginx, port forwarded"}
+    assert all(m["finished"] == 40 and set(m["met"]) == set(result["herd_targets"]) for m in result["herd"].values())
+    assert all(m["honest_newcomers"] > 0 and "honest_wait_max_s" in m for m in result["flood"].values())
