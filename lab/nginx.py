@@ -21,9 +21,10 @@ TYPICAL = """
         proxy_set_header X-Forwarded-Proto $scheme;
 """
 #: The lines that let the gate recognise a client's own connection: its port in Forwarded (RFC 7239), an IPv6
-#: address in brackets; the app reads it with ``Identity(trusted_hops=1, forwarded="forwarded")``.
+#: address in brackets, and nginx's serial number of the connection (``conn``: a new connection from the same port
+#: is another client); the app reads it with ``Identity(trusted_hops=1, forwarded="forwarded")``.
 WITH_PORT = TYPICAL + """
-        proxy_set_header Forwarded "for=\\"$forwarded_node\\"";
+        proxy_set_header Forwarded "for=\\"$forwarded_node\\";conn=$connection";
 """
 #: Beside WITH_PORT, at http level: the client's node as RFC 7239 writes it.
 NODE_MAP = """

@@ -15,6 +15,8 @@ from starlette.routing import Route
 from admitgate import AdmitGate, Identity, ManualClock, Settings
 from lab.http1 import Http1Client
 from lab.nginx import TYPICAL, WITH_PORT, nginx_proxy
+from lab.serving import free_port
+from tests.test_recognition import one_shot
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +80,14 @@ def test_behind_nginx_with_its_typical_lines_the_gate_says_once_what_to_configur
     assert len(said) == 1 and "$remote_port" in said[0]
     assert gate.gate.stats.returning == 0  # X-Forwarded-For carries no port: nothing ties a retry to its client
     assert gate.untied_counts[:2] == (6, 6)
+
+
+def test_behind_nginx_a_new_connection_from_a_rejected_clients_port_is_not_held_as_it_back_early(serve) -> None:
+    # one-shot clients through nginx: the app never sees their Connection: close, nginx's connection serial tells
+    gate = gated(Identity(trusted_hops=1, forwarded="forwarded"))
+    with serve(gate) as app, nginx_proxy(int(app.rsplit(":", 1)[1]), WITH_PORT) as base:
+        assert asyncio.run(once(base)) == 200
+        source = free_port()
+        told = [one_shot(int(base.rsplit(":", 1)[1]), source) for _ in range(2)]
+    assert told[0][0] == told[1][0] == 429
+    assert gate.gate.stats.early == 0 and told[1][1] > told[0][1]  # a place of its own, not the first one's

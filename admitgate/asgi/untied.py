@@ -18,7 +18,8 @@ log = logging.getLogger("admitgate")
 #: Tickets handed to untied clients, none of them back, before the gate says those clients keep no cookies.
 UNRETURNED = 50
 
-ADVICE = ("forward the client's port (nginx: proxy_set_header Forwarded \"for=\\\"$remote_addr:$remote_port\\\"\"; "
+ADVICE = ("forward the client's port (nginx: proxy_set_header Forwarded "
+          "\"for=\\\"$remote_addr:$remote_port\\\";conn=$connection\"; "
           "Identity(trusted_hops=1, forwarded=\"forwarded\")) or key clients by a header "
           "(Identity(key=\"header:<name>\")); see docs/deployment.md")  # fmt: skip
 
