@@ -54,7 +54,8 @@ HERDS: dict[str, tuple[str | None, dict[str, str]]] = {
     "nginx, port forwarded": (WITH_PORT, FORWARDED_PORT),
 }
 HERD_TARGETS = {"drain_ratio": 1.15, "new_served": 0.95, "server_5xx": 0, "new_429_held": 0}
-#: A 429 that took this long (seconds) was held: the tarpit of a client back before its time (1 s).
+#: A 429 that took this long (seconds) was held: the tarpit of a client back before its time (1 s), or a pacing
+#: hold that ended in a 429.
 HELD = 0.5
 HERD_KEYS = ["drain_ratio", "new_served", "server_5xx", "edge_peak_to_avg", "attempts", "retry_after_max",
              "finished", "bound_s", "drain_s"]  # fmt: skip
@@ -92,7 +93,8 @@ def herd(name: str, clients: int, deadline: float) -> dict[str, Any]:
                                               policy="urllib3"))  # fmt: skip
     summary = summarise(result, CAPACITY - NEW)
     out = {k: summary.get(k) for k in HERD_KEYS}
-    # 429s answered to new arrivals (fresh cookie-less connections) and those held as if their client were back early
+    # 429s answered to new arrivals (fresh cookie-less connections), and those held first: the tarpit of a client
+    # taken for one back early, or a pacing hold that ended in a 429 (from outside the two look alike)
     fresh = [a for a in result.attempts if a.client < 0 and a.status == 429]
     out["new_429"], out["new_429_held"] = len(fresh), sum(a.done - a.sent >= HELD for a in fresh)
     out["met"] = {k: out[k] is not None and (out[k] >= t if k == "new_served" else out[k] <= t)
