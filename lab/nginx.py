@@ -23,9 +23,10 @@ TYPICAL = """
 #: The lines that let the gate recognise a client's own connection: its port in Forwarded (RFC 7239), an IPv6
 #: address in brackets, and nginx's serial number of the connection (``conn``: a new connection from the same port
 #: is another client); the app reads it with ``Identity(trusted_hops=1, forwarded="forwarded")``.
-WITH_PORT = TYPICAL + """
+FORWARDED_PORT = """
         proxy_set_header Forwarded "for=\\"$forwarded_node\\";conn=$connection";
 """
+WITH_PORT = TYPICAL + FORWARDED_PORT
 #: Beside WITH_PORT, at http level: the client's node as RFC 7239 writes it.
 NODE_MAP = """
     map $remote_addr $forwarded_node {
