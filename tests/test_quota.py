@@ -251,6 +251,49 @@ def test_without_redis_the_quota_falls_back_to_the_local_count_and_logs_once(own
     assert sum("quota backend failing" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_request_never_waits_for_a_redis_that_stopped_answering_in_time(own_redis_server) -> None:
+    """Redis paused: the request that finds it slow waits one timeout, and then none waits for it. Before, once
+    every cooldown one request waited the whole timeout to learn whether Redis was back; a PING in the
+    background asks now, and once it answers the next request counts in Redis again."""
+    import asyncio
+
+    import redis
+    import redis.asyncio as aioredis
+
+    from admitgate.backends.quota import Cell, RedisQuota
+
+    async def run() -> None:
+        clock = ManualClock(1000.0)
+        rate = QuotaRate(100, 60.0)
+        limiter = QuotaLimiter(rate, clock, 100)
+        cell = Cell(limiter, "alice", "q:{a}:alice", "a", (repr(rate.interval), repr(rate.tolerance)))
+        client = aioredis.Redis.from_url(own_redis_server.url)
+        quota = RedisQuota(client, clock, timeout=0.2, cooldown=0.5)
+        assert (await quota.check([cell])).refused == -1 and not quota.degraded
+        pause = redis.Redis.from_url(own_redis_server.url)
+        pause.execute_command("CLIENT", "PAUSE", "4000")
+        pause.close()
+        assert (await quota.check([cell])).refused == -1 and quota.degraded  # (its one timeout)
+        for _ in range(2):  # cooldowns over: decided at once, Redis asked in the background
+            clock.advance(0.5)
+            check = asyncio.ensure_future(quota.check([cell]))
+            await asyncio.sleep(0)
+            assert check.done() and check.result().refused == -1
+            assert quota.degraded
+            assert quota._probe is not None
+            await quota._probe  # (the PING's timeout)
+            assert quota.degraded
+        while quota.degraded:  # until the pause ends
+            clock.advance(0.5)
+            await quota.check([cell])
+            await quota._probe
+        counted = await client.pttl("q:{a}:alice")
+        assert (await quota.check([cell])).refused == -1 and await client.pttl("q:{a}:alice") > counted  # in Redis
+        await client.aclose()
+
+    asyncio.run(run())
+
+
 @pytest.mark.anyio
 async def test_with_on_admit_an_allowed_response_carries_the_quotas_fields_beside_the_gates(clock, sleep) -> None:
     """RateLimit and RateLimit-Policy list both policies (the draft's fields are lists): the gate's bucket and

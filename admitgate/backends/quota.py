@@ -8,8 +8,12 @@ holds one short string per active key and window and nothing for idle ones. The 
 hash tag (a digest of the key), so Redis Cluster keeps them on one slot and one script sees them all.
 
 A Redis error or a call slower than ``timeout`` never fails the request: the replica decides on its own
-limiters (each replica then allows up to N per W on its own), logs the change once, and tries Redis again
-after ``cooldown`` seconds, so a dead Redis does not cost every request a timeout.
+limiters (each replica then allows up to N per W on its own) and logs the change once. While it does, no
+request waits for Redis: every ``cooldown`` seconds a ``PING`` in the background (no request's) asks whether
+Redis answers within ``timeout`` again, and the next requests count in Redis once it does. So a request waits
+for Redis only while Redis answered the last call in time: one round trip, at most ``timeout`` (0.25 s), for
+the requests already waiting when Redis turns slow or goes away. (The fleet's count is one ordered count, so a
+request counted in it waits for it; the shared budget's tokens, leased ahead, need no such wait.)
 """
 
 from __future__ import annotations
@@ -56,24 +60,38 @@ class RedisQuota:
         self.degraded = False
         self.errors = 0
         self._retry_at = 0.0
+        self._probe: asyncio.Task[None] | None = None  # the background PING while degraded
 
     async def check(self, cells: Sequence[Cell]) -> Tally:
+        """The tally of ``cells`` in Redis, or on the local limiters while Redis fails (never an error)."""
         now = self.clock()
-        if self.degraded and now < self._retry_at:
+        if self.degraded:
+            if now >= self._retry_at and (self._probe is None or self._probe.done()):
+                self._retry_at = now + self.cooldown
+                self._probe = asyncio.get_running_loop().create_task(self._ping(), name="admitgate-quota-probe")
             return check_cells([(cell.limiter, cell.key) for cell in cells], now)
         try:
-            tally = await self._ask(cells)
+            return await self._ask(cells)
         except Exception as exc:  # timeouts, connection errors, a NOSCRIPT that could not be fixed, ...
-            self.errors += 1
-            if not self.degraded:
-                log.warning("admitgate: quota backend failing (%s); each replica counts its own quota",
-                            type(exc).__name__)  # fmt: skip
-            self.degraded, self._retry_at = True, now + self.cooldown
+            self._fail(exc, now)
             return check_cells([(cell.limiter, cell.key) for cell in cells], now)
-        if self.degraded:
-            log.warning("admitgate: quota backend is back; the quota is the fleet's again")
-            self.degraded = False
-        return tally
+
+    def _fail(self, exc: BaseException, now: float) -> None:
+        self.errors += 1
+        if not self.degraded:
+            log.warning("admitgate: quota backend failing (%s); each replica counts its own quota",
+                        type(exc).__name__)  # fmt: skip
+        self.degraded, self._retry_at = True, now + self.cooldown
+
+    async def _ping(self) -> None:
+        """Whether Redis answers within ``timeout`` again: if so, the next requests count in Redis."""
+        try:
+            await asyncio.wait_for(self.client.ping(), self.timeout)
+        except Exception as exc:
+            self._fail(exc, self.clock())
+            return
+        log.warning("admitgate: quota backend is back; the quota is the fleet's again")
+        self.degraded = False
 
     async def _ask(self, cells: Sequence[Cell]) -> Tally:
         """One script call per hash tag (a request's windows of one key are one call, atomic)."""
