@@ -56,6 +56,22 @@ def test_memory_means_no_shared_budget_and_bad_urls_fail_at_start_up() -> None:
         RedisBudget("redis://127.0.0.1:1", on_failure="maybe")
 
 
+@pytest.mark.parametrize("name", ["", "}", "}fleet", 7])
+def test_a_budget_whose_keys_would_land_in_different_cluster_slots_is_refused(name: object) -> None:
+    """An empty name made the keys ``{}:bucket`` and ``{}:rates``: Redis Cluster hashes each whole key, and every
+    lease on a cluster failed (its keys in different slots)."""
+    with pytest.raises(ConfigError, match=r"backend\.name"):
+        RedisBudget("redis://127.0.0.1:1", name=name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["admitgate", "a}b", "{fleet", "x{y}z", "fleet:eu"])
+def test_a_budgets_keys_share_one_cluster_slot(name: str) -> None:
+    from redis.crc import key_slot
+
+    keys = RedisBudget("redis://127.0.0.1:1", name=name).keys
+    assert len({key_slot(key.encode()) for key in keys}) == 1, keys
+
+
 def test_leases_are_atomic_under_concurrent_callers(redis_server) -> None:
     """40 callers leasing at once, 3 tokens each time, are granted what the bucket holds and no more (nor less).
     With nothing refilling it (every replica publishes a rate of 0) that is exactly its burst and the burst of
@@ -555,6 +571,50 @@ def test_a_replica_whose_tenants_owed_tokens_are_repaid_stops_asking_for_them(re
         await budget.stop()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("outage", ["restart", "pause"])
+def test_the_first_second_after_an_outage_is_granted_in_full_not_paid_for_the_refill_during_it(
+    own_redis_server, outage: str
+) -> None:
+    """A replica asking 60/s of a 60/s budget, Redis gone for 1.5 s (killed and restarted, or ``CLIENT PAUSE``):
+    once leases succeed again each interval is granted its 6 tokens. The first lease back paid for what the last
+    grant refilled after its lease had failed (0.9 s of it), and the replica admitted 13 of 60 in that second."""
+    server = own_redis_server
+
+    async def run() -> list[float]:
+        clock = ManualClock(1000.0)
+        gate = Gate(60, Settings(burst=6), now=clock())
+        budget = RedisBudget(server.url, name="t20", timeout=0.05, failures=3, cooldown=0.5)
+        budget.attach(gate, 60.0, clock)
+
+        async def interval() -> tuple[bool, float]:
+            gate.pacer.asked += 6  # 60/s asked
+            start = gate.pacer.refilled(clock())
+            leased = await budget.lease(clock())
+            await asyncio.sleep(0.1)  # (the shared bucket refills on Redis' clock)
+            clock.advance(0.1)
+            return leased, gate.pacer.refilled(clock()) - start
+
+        for _ in range(5):
+            assert (await interval())[0]
+        if outage == "restart":
+            server.kill()
+        else:
+            redis.Redis.from_url(server.url).execute_command("CLIENT", "PAUSE", "1500")
+        for _ in range(15):
+            await interval()
+        assert budget.degraded
+        if outage == "restart":
+            server.start()
+        while budget.degraded:
+            await interval()
+        refilled = [(await interval())[1] for _ in range(10)]
+        await budget.stop()
+        return refilled
+
+    refilled = asyncio.run(run())
+    assert refilled == pytest.approx([6.0] * 10), refilled
 
 
 def test_fail_closed_admits_nothing() -> None:
