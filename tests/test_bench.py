@@ -115,6 +115,20 @@ def test_fairness_smoke() -> None:
     assert 0 < slow["admitted_per_s"]["alone"] <= 1.5 * 16
 
 
+def test_fairness_closed_loop_smoke() -> None:
+    """The worker pools' scenario beside the open-loop one, in one run: every tenant served, each rate also read
+    as a share of its weighted share of H."""
+    out = subprocess.run([sys.executable, str(BENCH / "fairness.py"), "--seconds", "3", "--warmup", "1",
+                          "--scenarios", "abuse,workers-2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    tenants = {"abuser", *(f"obedient-{i}" for i in range(5))}
+    for scenario in ("abuse", "workers-2"):
+        assert set(result[scenario]["admitted_per_s"]) == tenants, result[scenario]
+        shares = result[scenario]["share_of_fair"]
+        assert all(shares[t] == pytest.approx(6 * result[scenario]["share_of_H"][t], abs=2e-3) for t in tenants)
+
+
 def test_quota_smoke() -> None:
     result = run(str(BENCH / "quota.py"), "--limit", "20/second", "--seconds", "2", "--rate", "200")
     assert result["other_statuses"] == 0 and result["burst_admitted"] >= 20  # the quota's whole burst (more: refilled)
