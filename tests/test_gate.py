@@ -421,6 +421,9 @@ class Lease:
     def headroom(self, backlog: float) -> float | None:
         return self.share
 
+    def unsettled(self, backlog: float) -> bool:
+        return False
+
 
 def test_before_a_shared_budgets_first_lease_clients_expect_the_recent_h_back() -> None:
     """Until its first lease a replica is granted nothing (the pacer paused), so its promise is 0: that time is an

@@ -22,7 +22,9 @@ The replica then paces its own admissions at ``granted / lease_interval`` for th
 its share of the *fleet's* H = μ_fleet − Σλ_new − √Σλ_new: its backlog over the fleet's backlog. The
 replicas' queues then drain together, in ``Σbacklog / H_fleet``, whichever replica a herd hit and
 however unevenly. Between leases a replica counts its own new places at once (its share can only be
-larger than the last lease said, so clients are told early, never late). One round
+larger than the last lease said, so clients are told early, never late). While a herd is still landing
+(:meth:`RedisBudget.unsettled`) the gate holds a new place until the leases have published it and the
+others' (see ``Gate._unheard``). One round
 trip per replica per interval, whatever the request rate: at 1,000 decisions/s per replica that is
 10 round trips per 1,000 decisions. State in Redis is O(1) per bucket plus one entry per live replica.
 
@@ -78,6 +80,9 @@ GRACE = 10.0
 #: about 0.3 s of landing while the event loop holds the next lease back for 0.9 s: at three intervals the
 #: busy replica began refilling after its first wave was decided (no change on the fleet herd).
 LATE = 1.5
+#: The fleet's backlog has landed once a lease finds it grew by no more than this fraction (and one place) since the
+#: one before (see RedisBudget.unsettled).
+SETTLED = 0.1
 STOP_RETRY = 0.05  # seconds between cancellations of a lease loop that did not end (see RedisBudget.stop)
 
 #: The lease script (``lease.lua``, shipped beside this module as package data).
@@ -171,6 +176,7 @@ class RedisBudget:
         self.local_rate: float | None = None  # this replica's own μ (from its capacity source), published
         self.fleet_new = 0.0  # Σλ_new over the live replicas at the last lease, requests/s
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
+        self._fleet_before = 0.0  # the same at the lease before
         self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
         self._grant_rate = self._grant_at = self._grant_until = 0.0  # the last grant: tokens/s, from, until
         self._borrowed_at: float | None = None  # since when it refills at its fail-open share (a late lease)
@@ -243,6 +249,17 @@ class RedisBudget:
         total = self.fleet_backlog - self._backlog + backlog  # others as of the last lease, this one now
         return fleet * backlog / total if backlog > 0 and total > backlog else fleet
 
+    def unsettled(self, backlog: float) -> bool:
+        """Whether a herd is still landing on the fleet: this replica holds ``backlog`` places, more than its last
+        lease published, or the fleet's published backlog grew at that lease, each by more than ``SETTLED`` of it
+        and one place. A herd lands on every replica at once: a place told before the
+        leases published the others' saw none of them and was told at all of the fleet's H (four times H clients
+        told to come back in the same second, split 70/10/10/10 over four replicas)."""
+        if self.degraded or self.round_trips == 0 or not self.fleet_rate:
+            return False
+        mine = backlog - self._backlog > SETTLED * self._backlog + 1.0
+        return mine or self.fleet_backlog - self._fleet_before > SETTLED * self._fleet_before + 1.0
+
     def overdue(self, now: float) -> None:
         """The gate's refresh at ``now``: if the next lease is more than ``LATE`` intervals late (an event loop busy
         with a herd's connections) and the grant is below this replica's fail-open share (1/N of the fleet's
@@ -313,6 +330,7 @@ class RedisBudget:
             self._fail(now, exc)
             return False
         granted, rate, replicas = float(reply[0]), float(reply[1]), int(reply[2])
+        self._fleet_before = self.fleet_backlog
         self.fleet_backlog, self.fleet_new, self._backlog = float(reply[4]), float(reply[5]), backlog
         if self.degraded:
             log.warning("admitgate: backend %s is back; leasing from the shared budget again", self.url)

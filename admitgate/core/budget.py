@@ -22,6 +22,11 @@ class Budget(Protocol):
         long now; None while the fleet's figures are unknown (the replica's own H applies then)."""
         ...
 
+    def unsettled(self, backlog: float) -> bool:
+        """Whether the fleet's backlog is still landing: places this replica holds (``backlog``) or the others' that
+        the leases have not yet published. A new place is told once they have (see :meth:`Gate._unheard`)."""
+        ...
+
     def overdue(self, now: float) -> None:
         """Called at each refresh of the gate (seconds, the gate's clock): a budget whose next lease is late may
         adjust the pacer meanwhile."""

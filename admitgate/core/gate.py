@@ -149,7 +149,8 @@ class Gate(GateRates):
         # The first place is due once the bucket's debt is repaid, and new requests keep arriving while
         # it is: the debt falls at μ − λ_new, the very rate the schedule moves at.
         start = pacer.wait_time(cost, now, keep) * pacer.rate / self.schedule.rate
-        return self._reject(key, (self._new_place(key, cost, now, start), cost, now), now, early=False)
+        place = (self._new_place(key, cost, now, start), cost, now)
+        return self._unheard(key, place, cost, reserve, now, now) or self._reject(key, place, now, early=False)
 
     def _new_place(self, key: Hashable | None, cost: float, now: float, start: float) -> float:
         """A new place for ``key`` (see :meth:`Schedule.take`): its source's share is ``source_share`` seconds of
@@ -158,6 +159,17 @@ class Gate(GateRates):
         t = self.tuning
         share = max(t.source_places, self._promise * t.source_share)
         return self.schedule.take(cost, now, start, getattr(key, "source", None), share)
+
+    def _unheard(self, key: Hashable | None, place: Place, cost: float, reserve: float, now: float,
+                 since: float) -> Decision | None:  # fmt: skip
+        """A new place taken while a herd still lands on the fleet (:meth:`Budget.unsettled`): held and booked, so the
+        next lease publishes it, until the fleet's backlog settles (within ``place_hold``). None: told now."""
+        backend, left = self.backend, self.place_hold - (now - since)
+        if backend is None or key is None or left <= DUE_SLACK or self.waiters >= self.max_waiters or \
+                not backend.unsettled(self.backlog()[0] + (self.schedule.place_of(key, now) is None)):  # fmt: skip
+            return None
+        self.schedule.hold(key, place, now)
+        return self._pace(min(left, self.refresh_interval), now, key, cost, reserve, place, None, since, held=True)
 
     def _returning(self, key: Hashable, place: Place, cost: float, reserve: float, now: float,
                    since: float) -> Decision:  # fmt: skip
@@ -182,6 +194,10 @@ class Gate(GateRates):
             # Held, not to be held on, and due within the lead: told to come back (1 s at least), it would
             # return after its place was passed, and the share of H its place stands for would go unused.
             return self._turn(key, place, cost, reserve, now, since)
+        if place[2] == since:  # (a new place, never told: held while the fleet's herd lands)
+            held = self._unheard(key, place, cost, reserve, now, since)
+            if held is not None:
+                return held
         return self._reject(key, place, now, early=now < place[2] - self.tuning.early_slack)
 
     def _turn(self, key: Hashable, place: Place, cost: float, reserve: float, now: float, since: float) -> Decision:
