@@ -167,9 +167,8 @@ def _publish(directory: Path, name: Path) -> None:
     finally:
         os.close(fd)
     try:
-        os.link(temporary, name)
-    except FileExistsError:
-        pass  # another worker published first: its secret is the one
+        with contextlib.suppress(FileExistsError):  # another worker published first: its secret is the one
+            os.link(temporary, name)
     finally:
         os.unlink(temporary)
 
