@@ -5,6 +5,7 @@
 Reports, as medians over interleaved rounds:
 * µs per request for a trivial ASGI app, a pure-ASGI pass-through around it, and AdmitGate on its
   admit path (non-binding rate) around it; the gate's *added* cost is gate − trivial, per round;
+* the same behind the default gate (``AdmitGate(app)``: the ``delay`` estimator, with the probes it reads);
 * the same around a Starlette hello-world app;
 * the token pacer's decision alone (``TokenPacer.try_take``), in ns;
 * with ``--instructions``: CPU instructions per request counted by valgrind's callgrind, which are
@@ -93,22 +94,43 @@ def live(app, metrics: bool = False):
     return AdmitGate(app, rate=source, metrics=CollectorRegistry() if metrics else None, settings=Settings(burst=1e9))
 
 
+def default(app):
+    """The default gate: ``delay`` with its probes. Its open rate's ceiling (100,000/s) is raised out of reach: this
+    loop runs requests faster than any server takes them, and at the ceiling the gate would pace (a cost no server
+    sees)."""
+    from admitgate import LiveCapacity, QueueDelay
+
+    return AdmitGate(app, rate=LiveCapacity(QueueDelay(), ceiling=1e9))
+
+
 def variant_apps() -> dict:
     hello = starlette_hello()
     return {
         "trivial": trivial, "passthrough": PassThrough(trivial), "admitgate": gate(trivial),
         "admitgate-tenants": tenants(trivial), "admitgate-live": live(trivial),
-        "admitgate-metrics": live(trivial, metrics=True), "admitgate-default": AdmitGate(trivial),
+        "admitgate-metrics": live(trivial, metrics=True), "admitgate-default": default(trivial),
         "starlette": hello, "starlette+passthrough": PassThrough(hello), "starlette+admitgate": gate(hello),
         "starlette+admitgate-metrics": live(hello, metrics=True),
     }  # fmt: skip
 
 
-async def time_app(app, n: int) -> float:
+#: Requests between two turns of the event loop: a server's loop turns between requests, and the default gate's lag
+#: monitor (a timer) must run, or the loop reads as stalled and the gate paces.
+TURN = 10
+
+
+async def drive(app, n: int) -> None:
+    """``n`` requests through ``app`` one after another, the event loop turned every :data:`TURN`."""
     scope = dict(SCOPE)
-    start = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
         await app(scope, receive, send)
+        if i % TURN == 0:
+            await asyncio.sleep(0)
+
+
+async def time_app(app, n: int) -> float:
+    start = time.perf_counter()
+    await drive(app, n)
     return (time.perf_counter() - start) / n * 1e6
 
 
@@ -131,6 +153,7 @@ async def main(rounds: int, n: int) -> dict:
     samples: dict[str, list[float]] = {name: [] for name in variants}
     added: list[float] = []
     added_live: list[float] = []
+    added_default: list[float] = []
     added_tenants: list[float] = []
     added_metrics: list[float] = []
     added_starlette: list[float] = []
@@ -143,6 +166,7 @@ async def main(rounds: int, n: int) -> dict:
             samples[name].append(value)
         added.append(got["admitgate"] - got["trivial"])
         added_live.append(got["admitgate-live"] - got["trivial"])
+        added_default.append(got["admitgate-default"] - got["trivial"])
         added_tenants.append(got["admitgate-tenants"] - got["trivial"])
         added_metrics.append(got["admitgate-metrics"] - got["trivial"])
         added_starlette.append(got["starlette+admitgate"] - got["starlette"])
@@ -154,6 +178,7 @@ async def main(rounds: int, n: int) -> dict:
         "us_per_request_median": med,
         "admitgate_added_us_median": round(statistics.median(added), 3),
         "admitgate_live_added_us_median": round(statistics.median(added_live), 3),
+        "admitgate_default_added_us_median": round(statistics.median(added_default), 3),
         "admitgate_tenants_added_us_median": round(statistics.median(added_tenants), 3),
         "admitgate_metrics_added_us_median": round(statistics.median(added_metrics), 3),
         "starlette_metrics_ratio_median": round(statistics.median(s / g for s, g in zip(
@@ -167,14 +192,7 @@ async def main(rounds: int, n: int) -> dict:
 
 def _run_variant(name: str, n: int) -> None:
     """Child mode: run ``n`` requests through one variant (the parent counts instructions)."""
-    app = variant_apps()[name]
-
-    async def loop() -> None:
-        scope = dict(SCOPE)
-        for _ in range(n):
-            await app(scope, receive, send)
-
-    asyncio.run(loop())
+    asyncio.run(drive(variant_apps()[name], n))
 
 
 def instructions(name: str, n: int) -> int:
@@ -203,6 +221,7 @@ def instruction_counts(n: int) -> dict:
         "admitgate",
         "admitgate-tenants",
         "admitgate-live",
+        "admitgate-default",
         "admitgate-metrics",
         "starlette",
         "starlette+admitgate",
@@ -215,6 +234,7 @@ def instruction_counts(n: int) -> dict:
         "admitgate_added_instructions": round(per_request["admitgate"] - per_request["trivial"]),
         "admitgate_tenants_added_instructions": round(per_request["admitgate-tenants"] - per_request["trivial"]),
         "admitgate_live_added_instructions": round(per_request["admitgate-live"] - per_request["trivial"]),
+        "admitgate_default_added_instructions": round(per_request["admitgate-default"] - per_request["trivial"]),
         "admitgate_metrics_added_instructions": round(per_request["admitgate-metrics"] - per_request["trivial"]),
         "starlette_metrics_instruction_ratio": round(
             per_request["starlette"] / per_request["starlette+admitgate-metrics"], 4
@@ -244,6 +264,7 @@ if __name__ == "__main__":
         print(f"admitgate added (vs trivial app)     {result['admitgate_added_us_median']:.3f} µs")
         print(f"admitgate added (vs Starlette hello) {result['admitgate_added_over_starlette_us_median']:.3f} µs")
         print(f"admitgate live added (vs trivial)    {result['admitgate_live_added_us_median']:.3f} µs")
+        print(f"admitgate default added (vs trivial) {result['admitgate_default_added_us_median']:.3f} µs")
         print(f"admitgate tenants added (vs trivial) {result['admitgate_tenants_added_us_median']:.3f} µs")
         print(f"admitgate live+metrics added         {result['admitgate_metrics_added_us_median']:.3f} µs")
         print(f"Starlette ratio gate+metrics/bare    {result['starlette_metrics_ratio_median']:.3f}")

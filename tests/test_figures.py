@@ -109,8 +109,10 @@ ROWS: dict[str, Callable[[], str]] = {
     "simulated herds, 4 scenarios × static/live × obeying/20 % ignoring: drain / ∫H bound": schedule_matrix,
     "simulated herds of 20,000–100,000 at H = 180/s: drain / (M/H)":
         lambda: span([b["drain_ratio"] for b in results("schedule.json")["big"]]),
-    "time added per request to a Starlette app, in process":
+    "time added per request to a Starlette app, in process, `rate=` typed in":
         lambda: f"{results('inprocess.json')['admitgate_added_over_starlette_us_median']:.2f} µs",
+    "time added per request to a trivial app, in process, default gate (target ≤ 2 µs)":
+        lambda: f"{results('inprocess.json')['admitgate_default_added_us_median']:.2f} µs",
     "req/s over HTTP, ratio to bare Starlette": lambda: "{admitgate:.3f} (slowapi {slowapi:.3f})".format(
         **results("overhead.json")["ratio_to_bare_median"]),
     "Redis budget against the in-memory gate, req/s": shared_ratio,
