@@ -487,6 +487,22 @@ def test_new_requests_during_a_herd_are_paced_not_sent_away() -> None:
     assert verdicts[Verdict.REJECT] == 0
 
 
+def test_new_requests_at_four_fifths_of_a_small_rate_are_no_flood_and_keep_their_whole_window() -> None:
+    """New requests at 20/s on 25/s (a tenants' pool given a quarter more than it asks, as the newcomers' pool beside
+    a herd across 100 tenants is): a burst above the mean makes a queue that stands half a second. Counted with
+    H's allowance, λ_new + √λ_new = 24.5 of 25/s read as a flood, and the requests behind the burst were held
+    50 ms at most and turned away (the new arrivals beside that herd: 0.90-0.96 served). New requests alone
+    fill 80 % of the rate: a hold of its whole window serves them."""
+    g = Gate(25, Settings(), now=0.0)
+    now = warm(g, 6, new_per_second=20)
+    burst = [admit(g, now) for _ in range(10)]  # ten at once, then on at 20/s: the debt is repaid at 5/s
+    steady = [admit(g, now + (i + 1) / 20) for i in range(12)]
+    assert all(d.verdict is Verdict.PACE for d in burst[3:] + steady)
+    later = [admit(g, now + 0.65 + i / 20) for i in range(5)]  # the queue has stood 0.65 s
+    assert g.new_rate() >= 19 and all(d.verdict is Verdict.PACE for d in later)
+    assert min(d.delay for d in later) > g.fresh_pacing_delay
+
+
 def test_under_a_flood_of_new_requests_a_standing_queue_gives_them_places() -> None:
     g = Gate(100, Settings(burst=1, max_pacing_delay=1.5, standing_queue=0.3, fresh_pacing_delay=0.1), now=0.0)
     now = 0.0
