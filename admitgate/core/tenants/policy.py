@@ -40,8 +40,9 @@ class Tenancy:
     name`` (or None) whose class's weight applies when the name itself has none. ``max_tenants``: most pools
     at once. ``establish``: requests within ``window`` that make a key a tenant (until then it is a
     newcomer). ``newcomer_weight``: the weight of the newcomers' pool. ``newcomer_share``: under overload the
-    newcomers' pool is given at least this share of the capacity, up to what it asks, however many tenants there
-    are (its one weighted share may be less), and the tenants share the rest. ``interval``: how often the shares
+    newcomers' demand up to this share of the capacity is met, however many tenants there are (its one weighted
+    share may be less): their pool is given it with the room any pool's ask is given (``FairTuning.slack``, a quarter
+    more), and the tenants share the rest. ``interval``: how often the shares
     are recomputed. ``idle``: a pool that asks nothing for this long expires. ``label``: a function ``name ->
     label`` naming a tenant in metrics (the most rejected ones are exported); by default a digest of the name,
     since a tenant key is often a secret (an API key): ``label=str`` shows names as they are.
