@@ -340,10 +340,11 @@ def _herd_beside_new_arrivals(tenants_: int, seed: int, clients: int = 2000, new
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_new_arrivals_beside_a_herd_across_100_tenants_are_served_as_beside_a_herd_in_one(seed: int) -> None:
     """2,000 clients as 100 tenants of 20 beside keyless new arrivals at 20/s, a tenth of the capacity: the
-    newcomers' floor. Given the floor as it was, 20/s for Poisson arrivals at 20/s, the newcomers' pool turned
-    away what came above the mean: 0.89-0.98 of the new arrivals served (beside a herd in one tenant, where the
-    newcomers are given a quarter more than they ask, 1.0). The floor is of what they ask, given room to grow as
-    any pool's ask is (``FairTuning.slack``)."""
+    newcomers' floor. Given the floor as it was, 20/s for Poisson arrivals at 20/s, the newcomers' pool read as
+    flooded and held the arrivals behind a burst 50 ms at most: 0.87-0.94 of them served over eight seeds (beside a
+    herd in one tenant, where the newcomers are given a quarter more than they ask, 1.0). The floor is of what
+    they ask, given room as any pool's ask is (``FairTuning.slack``), and a flood is λ_new alone (see
+    ``Gate._flooded``): 0.99-1.0. Either alone: 0.94-1.0 and 0.90-0.96."""
     new_served, drain = _herd_beside_new_arrivals(100, seed)
     assert new_served >= 0.95 and drain <= 1.15
 
