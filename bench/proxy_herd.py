@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from admitgate.sim.summary import summarise  # noqa: E402
@@ -58,7 +60,7 @@ HERD_TARGETS = {"drain_ratio": 1.15, "new_served": 0.95, "server_5xx": 0, "new_4
 #: hold that ended in a 429.
 HELD = 0.5
 HERD_KEYS = ["drain_ratio", "new_served", "server_5xx", "edge_peak_to_avg", "attempts", "retry_after_max",
-             "finished", "bound_s", "drain_s"]  # fmt: skip
+             "finished", "bound_s", "drain_s", "status_counts"]  # fmt: skip
 #: name -> (the gate's environment, how the flooder rotates identities)
 FLOODS: dict[str, tuple[dict[str, str], str]] = {
     "connections from one /24": ({}, "connections"),
@@ -84,15 +86,20 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 def herd(name: str, clients: int, deadline: float) -> dict[str, Any]:
     lines, env = HERDS[name]
+    errors: list[str] = []
     with environment(env), demo_server([], cpu=0) as app:
         if lines is None:
             result = asyncio.run(run_herd(app, clients, background_rate=NEW, deadline=deadline, policy="urllib3"))
         else:
-            with nginx_proxy(int(app.rsplit(":", 1)[1]), lines) as base:
+            with nginx_proxy(int(app.rsplit(":", 1)[1]), lines, errors=errors) as base:
                 result = asyncio.run(run_herd(base, clients, background_rate=NEW, deadline=deadline,
                                               policy="urllib3"))  # fmt: skip
+        service = httpx.get(app + "/stats", timeout=10).json()
     summary = summarise(result, CAPACITY - NEW)
     out = {k: summary.get(k) for k in HERD_KEYS}
+    # where a 5xx came from: the demo service's own 503 (no worker within its queue timeout), or nginx's (an
+    # upstream error in its log)
+    out["service_503"], out["nginx_errors"] = service["timeouts"], [line.split(" ", 4)[-1] for line in errors]
     # 429s answered to new arrivals (fresh cookie-less connections), and those held first: the tarpit of a client
     # taken for one back early, or a pacing hold that ended in a 429 (from outside the two look alike)
     fresh = [a for a in result.attempts if a.client < 0 and a.status == 429]
@@ -194,7 +201,9 @@ def report(result: dict[str, Any]) -> str:
         mark = " ".join(f"{k} {m[k]} {'✓' if ok else '✗'}" for k, ok in m["met"].items())
         lines.append(f"  {name}: {mark} (of {m['new_429']} 429s to new arrivals); edge peak/avg "
                      f"{m['edge_peak_to_avg']}, tries {m['attempts']}, "
-                     f"Retry-After max {m['retry_after_max']}, finished {m['finished']}")  # fmt: skip
+                     f"Retry-After max {m['retry_after_max']}, finished {m['finished']}; statuses "
+                     f"{m['status_counts']}, the service's 503s {m['service_503']}, nginx errors "
+                     f"{len(m['nginx_errors'])}")  # fmt: skip
     for name, m in result.get("flood", {}).items():
         lines.append(f"  flood ({result['identities']} identities in 1 s), {name}: honest Retry-After p50/max "
                      f"{m['honest_retry_after_p50']}/{m['honest_retry_after_max']} s, wait to service p50/max "

@@ -69,9 +69,11 @@ def nginx_binary() -> str:
 
 
 @contextlib.contextmanager
-def nginx_proxy(upstream: int, lines: str = TYPICAL, *, ready_timeout: float = 15.0) -> Iterator[str]:
+def nginx_proxy(upstream: int, lines: str = TYPICAL, *, ready_timeout: float = 15.0,
+                errors: list[str] | None = None) -> Iterator[str]:  # fmt: skip
     """nginx on a free loopback port proxying to ``127.0.0.1:upstream`` with ``lines`` in its location (and the
-    node map at http level); yields its base URL. Stopped (its own process, by pid) on exit."""
+    node map at http level); yields its base URL. Stopped (its own process, by pid) on exit; ``errors``, if given,
+    then gets the lines of its error log (warnings and worse: an upstream that failed it, say)."""
     binary = nginx_binary()
     with tempfile.TemporaryDirectory(prefix="admitgate-nginx-") as tmp:
         port = free_port()
@@ -94,3 +96,6 @@ def nginx_proxy(upstream: int, lines: str = TYPICAL, *, ready_timeout: float = 1
             yield f"http://127.0.0.1:{port}"
         finally:
             stop(proc)
+            error_log = Path(tmp) / "error.log"
+            if errors is not None and error_log.exists():
+                errors.extend(error_log.read_text(errors="replace").splitlines())

@@ -211,4 +211,6 @@ def test_proxy_herd_smoke_behind_nginx() -> None:
                  "--honest-for", "8")  # fmt: skip
     assert set(result["herd"]) == {"direct", "nginx, typical lines", "nginx, port forwarded"}
     assert all(m["finished"] == 40 and set(m["met"]) == set(result["herd_targets"]) for m in result["herd"].values())
+    assert all(isinstance(m["service_503"], int) and isinstance(m["nginx_errors"], list)
+               and sum(m["status_counts"].values()) >= 40 for m in result["herd"].values())  # fmt: skip
     assert all(m["honest_newcomers"] > 0 and "honest_wait_max_s" in m for m in result["flood"].values())
