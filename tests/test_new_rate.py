@@ -20,10 +20,12 @@ CAPACITY, NEW, HERD, RELEASE = 200.0, 20.0, 2000, 6.0
 fresh = (Stranger(f"u{n}") for n in itertools.count())
 
 
-def herd(key: Callable[[int], Hashable | None], until: float = 16.0) -> tuple[list[float], int]:
+def herd(key: Callable[[int], Hashable | None], until: float = 16.0,
+         admitted: list[float] | None = None) -> tuple[list[float], int]:  # fmt: skip
     """A herd of HERD clients released at once beside NEW/s new arrivals (one try each), every client sleeping
     exactly its Retry-After, on injected time. ``key(client)``: what identifies a herd request. Returns λ_new as
-    read at each whole second after the release, and how many new arrivals were admitted of those that came."""
+    read at each whole second after the release, and how many new arrivals were admitted (per cent) of those that
+    came; ``admitted`` gets the time each herd client was let in."""
     g = Gate(CAPACITY, Settings(burst=20, max_pacing_delay=0.5, tarpit=0.0), now=0.0)
     rng = random.Random(7)
     events: list[tuple[float, int, int, object]] = []  # (time, order, client (-1: a new arrival), a hold)
@@ -58,6 +60,8 @@ def herd(key: Callable[[int], Hashable | None], until: float = 16.0) -> tuple[li
             heapq.heappush(events, (now + d.retry_after, next(order), client, None))
         elif d.verdict is Verdict.ADMIT and client < 0 and now > RELEASE:
             new_in += 1
+        elif d.verdict is Verdict.ADMIT and client >= 0 and admitted is not None:
+            admitted.append(now)
     return read, new_in * 100 // max(1, new_seen)
 
 

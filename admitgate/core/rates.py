@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from .budget import Budget
-from .decision import GateStats
+from .decision import GateStats, Stranger
 from .errors import ConfigError, number
 from .ledger import Ledger, Parent
 from .newrate import NewRate
 from .pacer import TokenPacer
 from .probes import Probes
-from .schedule import PLACEMENTS, Schedule
+from .schedule import PLACEMENTS, Place, Schedule
 from .settings import MAX_RATE, MIN_RATE, Settings
 from .source import Capacity, RateOf, RateReading, RateSource, StaticCapacity
+from .strays import Strays
 from .tuning import GATE, GateTuning
 
 
@@ -47,6 +48,7 @@ class GateRates:
         self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
         self._book = self.schedule.book  # (who holds a place: the live mapping, bound once for the admit path)
         self._new = NewRate(s.new_window, now)
+        self._strays = Strays(s.max_keys)  # strangers' places not come back for, by source
         self.stats = GateStats()
         #: probe aggregates the middleware records into, if the capacity source reads them (else None)
         self.probes: Probes | None = self.capacity_source.probes
@@ -168,6 +170,14 @@ class GateRates:
         """Requests so far from clients holding no place (first attempts), critical ones included."""
         s = self.stats
         return self.pacer.taken + s.spare + s.critical + s.contended - s.returning
+
+    def _came_back(self, key: Hashable, place: Place) -> None:
+        """A client came back for ``place`` (its own, or a place its source's strangers left): counted as returning,
+        not new."""
+        self.stats.returning += 1
+        if isinstance(key, Stranger):
+            self._new.claimed(place[2])
+            self._strays.drop(key)
 
     def new_rate(self) -> float:
         """λ_new: the measured rate of new requests, requests/s."""
