@@ -9,7 +9,9 @@ its defaults) on core 0; 2,000 clients released at once on core 1, each on its o
 cookies and sleeping as urllib3's ``Retry`` does (Retry-After as told), beside 20 req/s of new arrivals, one try each
 on a new connection. Reached directly; behind nginx with its typical lines (X-Forwarded-For, no port); behind nginx
 with the client's port forwarded (``Forwarded: for="addr:port"``, ``Identity(trusted_hops=1,
-forwarded="forwarded")``). nginx (``lab/nginx.py``: its own config in a temp directory, a free loopback port, its
+forwarded="forwarded")``); and behind nginx with its typical lines with the clients from 250 networks (8 to a /24 of
+127.1.0.0/16, new arrivals among them: real herds come from many addresses, which X-Forwarded-For carries; the other
+cases come from 127.0.0.1 alone). nginx (``lab/nginx.py``: its own config in a temp directory, a free loopback port, its
 upstream without keep-alive, as nginx's defaults are) is not pinned.
 
 **Flood.** The demo app with ``--rate 200``; honest newcomers at 20/s from 127.0.0.1, each on a connection of its
@@ -33,7 +35,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +51,24 @@ from lab.serving import demo_server, pin  # noqa: E402
 
 CAPACITY, NEW = 200.0, 20.0
 FORWARDED_PORT = {"ADMITGATE_TRUSTED_HOPS": "1", "ADMITGATE_FORWARDED": "forwarded"}
-#: name -> (nginx lines in front, or None: reached directly; the gate's environment)
-HERDS: dict[str, tuple[str | None, dict[str, str]]] = {
-    "direct": (None, {}),
-    "nginx, typical lines": (TYPICAL, {}),
-    "nginx, port forwarded": (WITH_PORT, FORWARDED_PORT),
+#: Networks (IPv4 /24s of 127.0.0.0/8) the clients of a herd from many networks come from, CLIENTS_PER_NET each.
+NETWORKS, CLIENTS_PER_NET = 250, 8
+
+
+def many_networks(index: int) -> str:
+    """The local address of connection ``index`` (herd clients first, then new arrivals) in a herd from many
+    networks: 8 clients to a /24, 250 /24s, new arrivals spread over the same /24s."""
+    net = index // CLIENTS_PER_NET % NETWORKS
+    return f"127.1.{net}.{10 + index % CLIENTS_PER_NET}"
+
+
+#: name -> (nginx lines in front, or None: reached directly; the gate's environment; the local address of each
+#: connection, or None: 127.0.0.1 for all)
+HERDS: dict[str, tuple[str | None, dict[str, str], Callable[[int], str] | None]] = {
+    "direct": (None, {}, None),
+    "nginx, typical lines": (TYPICAL, {}, None),
+    "nginx, port forwarded": (WITH_PORT, FORWARDED_PORT, None),
+    "nginx, typical lines, 250 networks": (TYPICAL, {}, many_networks),
 }
 HERD_TARGETS = {"drain_ratio": 1.15, "new_served": 0.95, "server_5xx": 0, "new_429_held": 0}
 #: A 429 that took this long (seconds) was held: the tarpit of a client back before its time (1 s), or a pacing
@@ -85,15 +100,16 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def herd(name: str, clients: int, deadline: float) -> dict[str, Any]:
-    lines, env = HERDS[name]
+    lines, env, addresses = HERDS[name]
     errors: list[str] = []
     with environment(env), demo_server([], cpu=0) as app:
         if lines is None:
-            result = asyncio.run(run_herd(app, clients, background_rate=NEW, deadline=deadline, policy="urllib3"))
+            result = asyncio.run(run_herd(app, clients, background_rate=NEW, deadline=deadline, policy="urllib3",
+                                          addresses=addresses))  # fmt: skip
         else:
             with nginx_proxy(int(app.rsplit(":", 1)[1]), lines, errors=errors) as base:
                 result = asyncio.run(run_herd(base, clients, background_rate=NEW, deadline=deadline,
-                                              policy="urllib3"))  # fmt: skip
+                                              policy="urllib3", addresses=addresses))  # fmt: skip
         service = httpx.get(app + "/stats", timeout=10).json()
     summary = summarise(result, CAPACITY - NEW)
     out = {k: summary.get(k) for k in HERD_KEYS}

@@ -50,6 +50,7 @@ async def run_herd(
     headers: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
     policy: str = "obey",
     ignorers_fresh: bool = False,
+    addresses: Callable[[int], str] | None = None,
 ) -> HerdResult:
     """Release ``clients`` at once against ``base_url``; see the module docstring.
 
@@ -62,6 +63,8 @@ async def run_herd(
     herd request (a tenant's key, say), or a function of the client's index giving them (a herd across many
     tenants); new arrivals send none. ``policy``: ``"obey"`` or ``"urllib3"`` (see the module docstring).
     ``ignorers_fresh``: each try of a client that ignores Retry-After is on a new connection without cookies.
+    ``addresses``: the local address each connection is made from, by index: herd client ``i`` from ``addresses(i)``,
+    the ``k``-th new arrival from ``addresses(clients + k)`` (None: the system's choice, 127.0.0.1 on loopback).
     """
     if policy not in ("obey", "urllib3"):
         raise ValueError(f"unknown policy {policy!r}")
@@ -76,7 +79,8 @@ async def run_herd(
     ignorers = set(rng.sample(range(clients), round(clients * ignore_fraction)))
     kept = [recognisable and not (ignorers_fresh and i in ignorers) for i in range(clients)]
     pool = [Http1Client(*home[i], keep_alive=kept[i], cookies=kept[i] and policy == "obey",
-                        headers=headers(i) if callable(headers) else headers) for i in range(clients)]  # fmt: skip
+                        headers=headers(i) if callable(headers) else headers,
+                        local=None if addresses is None else addresses(i)) for i in range(clients)]  # fmt: skip
     release = time.monotonic() + warmup
     stop_at = release + deadline
 
@@ -104,11 +108,13 @@ async def run_herd(
 
     async def background(until: asyncio.Event) -> None:
         tasks: set[asyncio.Task[None]] = set()
+        arrivals = itertools.count(clients)
 
         async def fire() -> None:
             sent = time.monotonic() - release
             target = rng.choices(targets, weights)[0]
-            status, _ = await Http1Client(*target, keep_alive=False, cookies=False).get(path)
+            local = None if addresses is None else addresses(next(arrivals))
+            status, _ = await Http1Client(*target, keep_alive=False, cookies=False, local=local).get(path)
             result.attempts.append(Attempt(-1, sent, time.monotonic() - release, status, None))
 
         while not until.is_set() and background_rate > 0 and time.monotonic() < stop_at:

@@ -12,16 +12,18 @@ class Http1Client:
     """A lean HTTP/1.1 GET client on asyncio streams: the load generator must not be the bottleneck.
 
     One connection, kept alive when ``keep_alive``; echoes the gate's retry cookie when
-    ``cookies``; sends ``headers`` (name -> value) with every request. Returns (status, Retry-After or
+    ``cookies``; sends ``headers`` (name -> value) with every request; connects from the address ``local`` when
+    given (a loopback address of 127.0.0.0/8, say: a client from a network of its own). Returns (status, Retry-After or
     None); status 0 on any transport error. ``written``: the event loop's time at which the last request was
     handed to its connection (after any connect), None until one was.
     """
 
-    __slots__ = ("_cookie", "_extra", "_reader", "_writer", "cookies", "host", "keep_alive", "port", "written")
+    __slots__ = ("_cookie", "_extra", "_reader", "_writer", "cookies", "host", "keep_alive", "local", "port",
+                 "written")  # fmt: skip
 
     def __init__(self, host: str, port: int, *, keep_alive: bool = True, cookies: bool = True,
-                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
-        self.host, self.port, self.keep_alive, self.cookies = host, port, keep_alive, cookies
+                 headers: dict[str, str] | None = None, local: str | None = None) -> None:  # fmt: skip
+        self.host, self.port, self.keep_alive, self.cookies, self.local = host, port, keep_alive, cookies, local
         self._extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in (headers or {}).items())
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -57,7 +59,8 @@ class Http1Client:
 
     async def _exchange(self, path: str) -> tuple[int, int | None]:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            local = None if self.local is None else (self.local, 0)
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port, local_addr=local)
         reader, writer = self._reader, self._writer
         assert reader is not None
         head = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host.encode() + b"\r\n" + self._extra
