@@ -21,15 +21,16 @@ from tests.test_recognition import one_shot
 pytestmark = pytest.mark.integration
 
 
-def gated(identity: Identity) -> AdmitGate:
-    """A hello app behind a gate with one token on a frozen clock: every request after the first is refused."""
+def gated(identity: Identity, clock: ManualClock | None = None) -> AdmitGate:
+    """A hello app behind a gate with one token on a frozen clock (``clock``, moved by the test only): every request
+    after the first is refused until the clock moves."""
 
     async def hello(request):
         return PlainTextResponse("hi")
 
     settings = Settings(burst=1, max_pacing_delay=0, tarpit=0.05)
-    return AdmitGate(Starlette(routes=[Route("/", hello)]), rate=1, settings=settings, clock=ManualClock(1000.0),
-                     identity=identity)  # fmt: skip
+    return AdmitGate(Starlette(routes=[Route("/", hello)]), rate=1, settings=settings,
+                     clock=clock or ManualClock(1000.0), identity=identity)  # fmt: skip
 
 
 async def once(base: str) -> int:
@@ -91,3 +92,17 @@ def test_behind_nginx_a_new_connection_from_a_rejected_clients_port_is_not_held_
         told = [one_shot(int(base.rsplit(":", 1)[1]), source) for _ in range(2)]
     assert told[0][0] == told[1][0] == 429
     assert gate.gate.stats.early == 0 and told[1][1] > told[0][1]  # a place of its own, not the first one's
+
+
+def test_behind_nginx_with_its_typical_lines_cookie_less_clients_back_at_their_time_take_the_places_told_due(
+        serve) -> None:  # fmt: skip
+    clock = ManualClock(1000.0)
+    gate = gated(Identity(), clock)
+    with serve(gate) as app, nginx_proxy(int(app.rsplit(":", 1)[1]), TYPICAL) as base:
+        assert asyncio.run(once(base)) == 200
+        told = [t[0] for t in asyncio.run(tries(base, clients=3, rounds=1))]
+        clock.advance(max(told))  # every one of them told to be back by now; one token in the bucket again
+        back = [asyncio.run(once(base)) for _ in told]
+    assert back == [200, 429, 429]  # the first in on the token, the others at their places, due, short of one
+    assert gate.gate.stats.returning == 3  # each took a place told due: none took a new one at the tail
+    assert gate.untied_counts[0] == 6  # (nothing ties any of them: strangers all)
