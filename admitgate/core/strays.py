@@ -66,10 +66,7 @@ class Strays:
     def claim(self, source: Hashable | None, now: float, place_of: Callable[[Hashable, float], Place | None]
               ) -> Place | None:  # fmt: skip
         """The place a stranger from ``source`` takes at ``now``: the earliest told, due by now, not come back for,
-        that the book (``place_of``) still holds; no longer claimable. None if there is none.
-
-        (Without it, such a client back at its time took a new place at the tail behind its own, which nobody
-        claimed: behind nginx's typical lines a herd of cookie-less clients drained at 1.6-1.8 times its bound.)"""
+        that the book (``place_of``) still holds; no longer claimable. None if there is none."""
         while (key := self._next(source, now)) is not None:
             place = place_of(key, now)
             if place is not None:
