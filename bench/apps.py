@@ -173,16 +173,63 @@ def admitgate_redis() -> Starlette:
 
 def fleet_replica() -> Starlette:
     """One replica of a fleet sharing ``FLEET_RATE``/s through ``REDIS_URL``, on the gate's defaults; with
-    ``FLEET_TENANTS=1``, tenants keyed by the ``x-api-key`` header."""
+    ``FLEET_TENANTS=1``, tenants keyed by the ``x-api-key`` header. ``/`` answers at once; ``/work`` is forwarded to
+    ``FLEET_UPSTREAM`` (the fleet's one capacity-limited service, over kept-alive connections) and answered with its
+    status (502 if it could not be reached). With ``FLEET_TRACE`` (a directory), every lease is appended to a file
+    of this process there as a JSON line (see :func:`trace_leases`)."""
     import os
 
     from admitgate import Tenancy
+    from admitgate.backends.shared import RedisBudget
 
     tenants = Tenancy(key="header:x-api-key") if os.environ.get("FLEET_TENANTS") == "1" else None
-    app = _app()
-    app.add_middleware(AdmitGate, rate=float(os.environ["FLEET_RATE"]), backend=os.environ["REDIS_URL"],
-                       tenants=tenants)  # fmt: skip
+    upstream = os.environ.get("FLEET_UPSTREAM")
+    app = _app() if upstream is None else Starlette(routes=[Route("/", hello), Route("/work", _forward(upstream))])
+    budget = RedisBudget(os.environ["REDIS_URL"])
+    if os.environ.get("FLEET_TRACE"):
+        trace_leases(budget, os.path.join(os.environ["FLEET_TRACE"], f"{os.getpid()}.jsonl"))
+    app.add_middleware(AdmitGate, rate=float(os.environ["FLEET_RATE"]), backend=budget, tenants=tenants)
     return app
+
+
+def _forward(base: str):
+    """A route forwarding GET to ``base`` + ``/work`` on a pool of kept-alive connections (lab's lean client)."""
+    import urllib.parse
+
+    from lab.http1 import Http1Client
+
+    url = urllib.parse.urlsplit(base)
+    idle: list[Http1Client] = []
+
+    async def work(request):
+        client = idle.pop() if idle else Http1Client(url.hostname or "127.0.0.1", url.port or 80, cookies=False)
+        status, _ = await client.get("/work")
+        if client.connected:
+            idle.append(client)
+        return PlainTextResponse("ok" if status == 200 else "upstream", status_code=status or 502)
+
+    return work
+
+
+def trace_leases(budget, path: str) -> None:
+    """Append each of ``budget``'s leases to ``path`` as a JSON line: ``start`` and ``end`` (``time.monotonic``, one
+    clock for every process of the machine), the backlog it published, the fleet's backlog it read, its grant
+    (tokens/s), and whether the replica held the herd as landing (unsettled) just after it."""
+    import json
+
+    lease = budget.lease
+    out = open(path, "a", buffering=1)  # noqa: SIM115 (open for the life of the process)
+
+    async def traced(now: float) -> bool:
+        start = time.monotonic()
+        ok = await lease(now)
+        backlog = budget.gate.backlog()[0]
+        out.write(json.dumps({"start": start, "end": time.monotonic(), "ok": ok, "published": budget._backlog,
+                              "fleet": budget.fleet_backlog, "grant": budget._grant_rate,
+                              "unsettled": budget.unsettled(backlog)}) + "\n")  # fmt: skip
+        return ok
+
+    budget.lease = traced
 
 
 def slowapi_redis() -> Starlette:
