@@ -214,7 +214,7 @@ def _forward(base: str):
 def trace_leases(budget, path: str) -> None:
     """Append each of ``budget``'s leases to ``path`` as a JSON line: ``start`` and ``end`` (``time.monotonic``, one
     clock for every process of the machine), the backlog it published, the fleet's backlog it read, its grant
-    (tokens/s), and whether the replica held the herd as landing (unsettled) just after it."""
+    (tokens/s), and the leases out of turn so far."""
     import json
 
     lease = budget.lease
@@ -223,10 +223,9 @@ def trace_leases(budget, path: str) -> None:
     async def traced(now: float) -> bool:
         start = time.monotonic()
         ok = await lease(now)
-        backlog = budget.gate.backlog()[0]
         out.write(json.dumps({"start": start, "end": time.monotonic(), "ok": ok, "published": budget._backlog,
                               "fleet": budget.fleet_backlog, "grant": budget._grant_rate,
-                              "unsettled": budget.unsettled(backlog)}) + "\n")  # fmt: skip
+                              "out_of_turn": getattr(budget, "out_of_turn", None)}) + "\n")  # fmt: skip
         return ok
 
     budget.lease = traced

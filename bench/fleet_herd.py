@@ -18,7 +18,8 @@ Reported per round and as medians: the drain time against M/H, the largest Retry
 clients told to come back within one second against H, new arrivals served, and 5xx. ``--against DIR``: rounds
 alternate between the replicas running the code in ``DIR`` (a checkout, first on their ``PYTHONPATH``) and this
 one's, and each is reported apart. ``--trace``: per round, when each replica leased in the first 2 s after the
-release, what it published, and what each replica's herd was told in its first 0.5 s. ``--tenant``: the replicas
+release, what it published, what each replica's herd was told in its first 0.5 s, and the herd's clients served and
+told to come back in each second. ``--tenant``: the replicas
 have tenants (keyed by ``x-api-key``) and the whole herd is one tenant's. Loopback only; each run is bounded by
 --deadline seconds.
 """
@@ -127,20 +128,26 @@ def one_round(clients: int, rate: float, deadline: float, scenario: str, new: fl
     summary["retry_after_max_ratio"] = round((summary["retry_after_max"] or 0) / bound, 3)
     summary["promised_peak_ratio"] = round(summary["promised_peak_per_s"] / (rate - new), 2)
     if leases is not None:
-        summary["trace"] = {"leases": leases, "told_first_half_second": first_told(result, clients)}
+        herd = [a for a in result.attempts if a.client >= 0]
+        seconds = range(int(max((a.done for a in herd), default=0.0)) + 1)
+        served = Counter(int(a.done) for a in herd if 200 <= a.status < 300)
+        told = Counter(int(a.done + a.retry_after) for a in herd if a.retry_after is not None)
+        summary["trace"] = {"leases": leases, "told_first_half_second": first_told(result, clients),
+                            "served_per_s": [served[s] for s in seconds], "told_per_s": [told[s] for s in seconds]}
     return summary
 
 
-def read_traces(directory: str, release: float) -> list[list[tuple[float, float, float, float, bool]]]:
+def read_traces(directory: str, release: float) -> list[list[tuple]]:
     """Each replica's leases from 0.5 s before the release to 2 s after it: (started, took, published backlog,
-    fleet backlog read, unsettled after), seconds from the release; replicas by process id (started in the split's
-    order)."""
+    fleet backlog read, leases out of turn so far), seconds from the release;
+    replicas by process id (started in the split's order)."""
     replicas = []
     for name in sorted(os.listdir(directory)):
         with open(os.path.join(directory, name)) as lines:
             rows = [json.loads(line) for line in lines]
         replicas.append([(round(r["start"] - release, 3), round(r["end"] - r["start"], 3), round(r["published"]),
-                          round(r["fleet"]), r["unsettled"]) for r in rows if -0.5 <= r["start"] - release <= 2.0])
+                          round(r["fleet"]), r.get("out_of_turn"))
+                         for r in rows if -0.5 <= r["start"] - release <= 2.0])  # fmt: skip
     return replicas
 
 
