@@ -192,3 +192,11 @@ def test_an_outage_as_the_herd_arrives_costs_under_one_percent_of_it_in_5xx(opti
     sim.gate.probes.bound(0)  # the same gate with no in-flight limit
     sim.gate.bound = None
     assert sim.run()["server_5xx"] > 20  # the limit is what keeps them out
+
+
+@pytest.mark.parametrize("estimator", ["delay", "bdp", "gradient", "aimd"])
+def test_every_estimator_runs_on_virtual_time_the_seed_given_to_those_that_take_one(estimator: str) -> None:
+    """The default estimator takes no seed (it has no jitter): the simulator passed one to every estimator, and a
+    scenario on the default was refused as a configuration error."""
+    r = simulate(scenario_from("loopback-demo", clients=200, estimator={"estimator": estimator}))
+    assert r["finished"] == 200

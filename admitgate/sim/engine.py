@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import inspect
 import math
 import random
 import sys
@@ -38,7 +39,7 @@ from ..core.priority import DEFAULT_CLASSES, Priority
 from ..core.settings import Settings
 from ..core.tenants import Tenants
 from ..limit.capacity import LiveCapacity
-from ..limit.estimators import DEFAULT_ESTIMATOR, capacity_from_config
+from ..limit.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, capacity_from_config
 from ..limit.static import Static
 from .scenario import Scenario
 from .summary import Attempt, HerdResult, summarise
@@ -82,7 +83,7 @@ class Simulation:
         if s.estimator is not None:
             table = dict(s.estimator)
             name = table.get("estimator", DEFAULT_ESTIMATOR)
-            if name != "static":  # the estimator's jitter follows the scenario's seed: same seed, same run
+            if "seed" in inspect.signature(ESTIMATORS.get(name, Static)).parameters:  # (its jitter: the run's seed)
                 table[name] = {"seed": s.seed, **table.get(name, {})}
             rate = capacity_from_config(table)
         elif s.capacity_known:  # the operator's capacity, as it changes: a replacing external probe
