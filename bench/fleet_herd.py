@@ -120,8 +120,18 @@ def one_round(clients: int, rate: float, deadline: float, scenario: str, new: fl
         time.sleep(1.0)  # leases and membership settle
         warmup = 3.0 if upstream else 0.5
         release = time.monotonic() + warmup
-        result = asyncio.run(run_herd(bases, clients, split=SPLIT, path="/work" if upstream else "/",
-                                      background_rate=new, warmup=warmup, deadline=deadline, headers=headers))
+        result = asyncio.run(
+            run_herd(
+                bases,
+                clients,
+                split=SPLIT,
+                path="/work" if upstream else "/",
+                background_rate=new,
+                warmup=warmup,
+                deadline=deadline,
+                headers=headers,
+            )
+        )
         leases = read_traces(traces, release) if traces is not None else None
     summary = summarise(result, rate - new)
     bound = clients / (rate - new)
@@ -132,8 +142,12 @@ def one_round(clients: int, rate: float, deadline: float, scenario: str, new: fl
         seconds = range(int(max((a.done for a in herd), default=0.0)) + 1)
         served = Counter(int(a.done) for a in herd if 200 <= a.status < 300)
         told = Counter(int(a.done + a.retry_after) for a in herd if a.retry_after is not None)
-        summary["trace"] = {"leases": leases, "told_first_half_second": first_told(result, clients),
-                            "served_per_s": [served[s] for s in seconds], "told_per_s": [told[s] for s in seconds]}
+        summary["trace"] = {
+            "leases": leases,
+            "told_first_half_second": first_told(result, clients),
+            "served_per_s": [served[s] for s in seconds],
+            "told_per_s": [told[s] for s in seconds],
+        }
     return summary
 
 
@@ -186,8 +200,16 @@ def main(clients: int, rate: float, rounds: int, deadline: float, scenario: str 
             runs["before" if code else "this"].append(one_round(clients, rate, deadline, scenario, new, code, trace,
                                                                 tenant))  # fmt: skip
     hdr = rate - (new if scenario == "upstream" else 0.0)
-    out = {"clients": clients, "fleet_rate": rate, "split": SPLIT, "scenario": scenario, "tenant": tenant,
-           "new_per_s": new if scenario == "upstream" else 0.0, "headroom": hdr, "bound_s": round(clients / hdr, 3)}
+    out = {
+        "clients": clients,
+        "fleet_rate": rate,
+        "split": SPLIT,
+        "scenario": scenario,
+        "tenant": tenant,
+        "new_per_s": new if scenario == "upstream" else 0.0,
+        "headroom": hdr,
+        "bound_s": round(clients / hdr, 3),
+    }
     for label, rows in runs.items():
         out[label] = {"median": {k: statistics.median(r[k] for r in rows if r[k] is not None) if any(
             r[k] is not None for r in rows) else None for k in KEYS},
