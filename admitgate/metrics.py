@@ -210,7 +210,7 @@ def snapshot(middleware: Tallied) -> Snapshot:
     probes = gate.probes
     if probes is not None:
         gauges[INFLIGHT] = float(probes.inflight)
-        histograms[REQUEST_LATENCY] = (LATENCY_BOUNDS, list(probes.histogram), probes.total_latency)
+        histograms[REQUEST_LATENCY] = (LATENCY_BOUNDS, list(probes.keep_histogram()), probes.total_latency)
         outcomes = {"ok": probes.total - probes.total_drops, "dropped": probes.total_drops,
                     "error": probes.total_errors}  # fmt: skip
     if gate.bound is not None:
@@ -239,11 +239,18 @@ def _buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, fl
     return out
 
 
+def _keep_latencies(middleware: Tallied) -> None:
+    """Have the gate's probes keep the latency histogram (from the registration on: they keep none unread)."""
+    if middleware.gate.probes is not None:
+        middleware.gate.probes.keep_histogram()
+
+
 class GateCollector(Collector):
     """Renders one :class:`~admitgate.asgi.middleware.AdmitGate`'s state as metric families at scrape time."""
 
     def __init__(self, middleware: Tallied) -> None:
         self.middleware = middleware
+        _keep_latencies(middleware)
 
     def describe(self) -> Iterator[Metric]:  # no collect() at registration time
         return iter(())
@@ -307,6 +314,7 @@ class MultiprocessSync:
         from prometheus_client import Counter, Gauge, Histogram
 
         self.middleware, self.interval = middleware, interval
+        _keep_latencies(middleware)
         self._last: Snapshot | None = None
         self._handle: asyncio.TimerHandle | None = None
         self.gauges: dict[str, Gauge] = {}

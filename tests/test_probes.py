@@ -51,6 +51,7 @@ def test_cancelled_and_failed_requests_give_no_latency_sample() -> None:
 
 def test_histogram_counts_by_bound() -> None:
     p = Probes(now=0.0)
+    p.keep_histogram()
     for latency in (0.001, 0.1, 0.1000001, 100.0):
         p.admit(0.0)
         p.complete(latency, 200, 0.0)
@@ -58,6 +59,17 @@ def test_histogram_counts_by_bound() -> None:
     assert p.histogram[0] == 1
     assert p.histogram[LATENCY_BOUNDS.index(0.1)] == 1  # le=0.1 includes 0.1
     assert p.histogram[-1] == 1  # +Inf
+
+
+def test_no_histogram_is_kept_until_one_is_asked_for() -> None:
+    p = Probes(now=0.0)
+    p.admit(0.0)
+    p.complete(0.001, 200, 0.0)
+    assert p.histogram is None and p.total == 1
+    kept = p.keep_histogram()
+    p.admit(0.0)
+    p.complete(0.001, 200, 0.0)
+    assert kept == [1] + [0] * len(LATENCY_BOUNDS) and p.keep_histogram() is kept
 
 
 @given(st.lists(st.tuples(st.sampled_from(["admit", "complete", "cancel"]), st.floats(0, 0.5)), max_size=60))

@@ -24,7 +24,8 @@ pace its answers come back, within a few latencies of the full rate.
 Samples go into the current time bucket (``width`` seconds, 0.1 by default); a finished bucket is
 pushed onto a ring of the last ``buckets`` (50: five seconds). Nothing else happens per request, so
 the estimators' arithmetic runs on the gate's refresh cadence, never on the admit path. Lifetime
-totals (count, latency sum, a fixed-bound latency histogram) are kept beside the ring for metrics.
+totals (count, latency sum) are kept beside the ring for metrics, and a fixed-bound latency histogram once metrics
+ask for one (:meth:`Probes.keep_histogram`: no reader, no cost per request).
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ class Probes:
         # lifetime totals of closed buckets (the properties below add the open one)
         self._total = self._total_drops = self._total_errors = 0
         self._total_latency = 0.0
-        self.histogram = [0] * (len(LATENCY_BOUNDS) + 1)  # per bound, then +Inf; not cumulative
+        #: latencies per bound, then +Inf; not cumulative (None until :meth:`keep_histogram`)
+        self.histogram: list[int] | None = None
         self.floor: float | None = None  #: the in-flight limit's floor, requests (None: no limit, see bound)
         self.limit = math.inf  #: requests the gate may have in flight now (see :meth:`bound`)
         self._span = max(1, round(LIMIT_SPAN / self.width))  # buckets the limit's ceiling looks back over
@@ -138,6 +140,12 @@ class Probes:
                               floor)  # fmt: skip
         self.floor = float(floor) if floor else None
         self.limit = self.floor or math.inf
+
+    def keep_histogram(self) -> list[int]:
+        """The latency histogram (see :attr:`histogram`), kept from now on for metrics to read."""
+        if self.histogram is None:
+            self.histogram = [0] * (len(LATENCY_BOUNDS) + 1)
+        return self.histogram
 
     # -- the request path (O(1), a handful of attribute updates) ------------------------------
     def admit(self, now: float) -> None:
@@ -163,7 +171,9 @@ class Probes:
         self.inflight = inflight - 1
         self._completed += 1
         self._latency += latency
-        self.histogram[bisect_left(LATENCY_BOUNDS, latency)] += 1
+        histogram = self.histogram
+        if histogram is not None:
+            histogram[bisect_left(LATENCY_BOUNDS, latency)] += 1
         if status >= 500:
             self._drops += 1
             if self.floor is not None:
@@ -175,7 +185,7 @@ class Probes:
                     self.limit = limit if limit > 1.0 else 1.0
                     self._halved, self._served = now, served
         else:
-            self.limit += 1  # (inf without a limit)
+            self.limit += 1.0  # (inf without a limit)
             due = now + GAIN * latency
             if due > self._answers_due:
                 self._answers_due = due
