@@ -32,7 +32,7 @@ from ..core.tenants import Tenancy
 from ..metrics import ABANDONED, AFTER_PACING, AT_ONCE, REJECTED, TALLY
 from .build import alone, attach, build, ticket_of, wire_metrics
 from .cors import AppCors, is_preflight
-from .exchange import Exchange
+from .exchange import Exchange, Watch, flight
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
 from .lag import lag_monitor
@@ -135,10 +135,10 @@ class AdmitGate:
         self._tenant_of = parts.tenant_of
         # Bound once so the admit path does no attribute chasing.
         self._cached_rule, self._take = self.router.cache.get, self.decider.try_take
-        self._on_admit, self._probes, self._exposed = self.headers.on_admit, self.gate.probes, self.headers.exposed
+        self._on_admit, self._probes = self.headers.on_admit, self.gate.probes
         self._lag = lag_monitor(self.gate, clock)  # (started at the lifespan's start-up, or by the first request)
         self._lag_idle = self._lag is not None  # (the monitor is to start: see _start_lag)
-        self._room_freed, self._waiting = self.decider.room_freed, self.decider.waiting_for_room
+        self._watch = None if self._probes is None else Watch(self._probes, self.decider)  # (what responses tell)
         self.tally: dict[tuple[str, str], list[int]] = {}  # (route template, class) -> counts read at scrape time
         self.responses = Responder(self.headers, AppCors(self.headers.exposed, self), self.decider, self.ticket,
                                    clock, wall_clock, self.gate.max_pacing_delay, self._recognise.untied)  # fmt: skip
@@ -149,15 +149,13 @@ class AdmitGate:
         self._bare = not self._tally_on and not self._on_admit and self._probes is None
         self._sync = wire_metrics(self, metrics)
 
+    # Callables kept on the instance are read as attributes, then called: `self.f(...)` would look f up as a method
+    # first (on the class, in vain) on every request. An admitted request is served here, not by a coroutine of its
+    # own: the default gate's probes follow every request, and its send wrapper is made without a call.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._not_http(scope, receive, send)
+        if scope["type"] != "http" or (scope["method"] == "OPTIONS" and is_preflight(scope)):  # (the app's CORS layer
+            await self._not_http(scope, receive, send)  # answers a preflight; no route runs)
             return
-        if scope["method"] == "OPTIONS" and is_preflight(scope):  # the app's CORS layer answers it; no route runs
-            await self.app(scope, receive, send)
-            return
-        # Callables kept on the instance are read as attributes, then called: `self.f(...)` would look f up
-        # as a method first (on the class, in vain) on every request.
         cached_rule, clock, take, tenant_of = self._cached_rule, self.clock, self._take, self._tenant_of
         rule = cached_rule(scope["path"]) or self.router.resolve(scope["path"], scope)
         exchange = None
@@ -188,10 +186,35 @@ class AdmitGate:
                 outcome = AT_ONCE
         if self._tally_on:
             self._count(rule, outcome)
-        await self._serve(scope, receive, send, exchange, tenant, now, outcome == AFTER_PACING)
+        watch = self._watch
+        if exchange is not None or self._on_admit:  # the response gains fields: through its exchange
+            exchange = self._wrap(scope, send, exchange, tenant)
+        if watch is None:  # no probes to tell
+            await self.app(scope, receive, send if exchange is None else exchange.send)
+            return
+        wrapped = flight() if exchange is None else exchange
+        if exchange is None:
+            wrapped.downstream, wrapped.status, wrapped.watch = send, 0, watch
+        probes = watch.probes
+        if outcome != AFTER_PACING:  # (a request let in by its hold is in flight already)
+            probes.admit(now)
+        if self._lag_idle:  # (no lifespan: the first request served starts the lag monitor)
+            self._start_lag()
+        try:
+            await self.app(scope, receive, wrapped.send)
+        except BaseException as error:
+            wrapped.ended(error, clock())
+            raise
+        end = clock()
+        if wrapped.status:  # its latency until the app has finished its response: a streamed body counts in full
+            probes.complete(end - now, wrapped.status, end, True)
+        else:  # returned without a response
+            probes.cancel(end)
+        if watch.waiting:
+            watch.room()
 
-    # The slow path and the served path are methods of their own: a closure in __call__ would make its
-    # captured variables cells, allocated on every request, the fast path's included.
+    # The slow path is a method of its own: a closure in __call__ would make its captured variables cells, allocated
+    # on every request, the fast path's included.
 
     def _decide(self, scope: Scope, rule: Rule, now: float, tenant: str | None) -> Decision:
         """The decider's decision on a request the admit path did not admit at once.
@@ -206,26 +229,15 @@ class AdmitGate:
         identify = lambda: self.identify(scope, now)  # noqa: E731
         return self.decider.admit(rule.cost, rule.priority, now, identify, tenant)
 
-    def _serve(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange | None, tenant: str | None,
-               now: float, entered: bool) -> Awaitable[None]:  # fmt: skip
-        """Serve an admitted request: through its exchange, made now if it needs one (the rate-limit fields of
-        ``tenant``, the probes), in flight from ``now`` (``entered``: put in flight already, by its hold). A plain
-        method returning what to await: no coroutine of its own on the admit path."""
+    def _wrap(self, scope: Scope, send: Send, exchange: Exchange | None, tenant: str | None) -> Exchange:
+        """The exchange of an admitted request whose response gains fields (a quota's, the rate-limit fields of
+        ``tenant``), made now if it has none, reporting to the probes if there are any."""
         if exchange is None:
-            if not self._on_admit:
-                if self._probes is None:
-                    return self.app(scope, receive, send)
-                exchange = Exchange(send, self._exposed)  # (nothing to resolve: no fields of its own)
-            else:
-                exchange = self.responses.exchange(scope, send)
+            exchange = self.responses.exchange(scope, send)
         if self._on_admit:
             exchange.limit = partial(self.responses.limit_fields, tenant)
-        probes = exchange.probes = self._probes
-        if probes is not None:
-            exchange.room, exchange.waiting = self._room_freed, self._waiting
-            if self._lag_idle:  # (no lifespan: the first request served starts the lag monitor)
-                self._start_lag()
-        return exchange.serve(self.app, scope, receive, self.clock, now, entered)
+        exchange.watch = self._watch
+        return exchange
 
     async def _settle(
         self, scope: Scope, receive: Receive, send: Send, rule: Rule, decision: Decision
@@ -336,8 +348,9 @@ class AdmitGate:
         return {**scope, "path": scope["path"] + "/", "raw_path": None if raw is None else raw + b"/"}
 
     async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Lifespan and websocket scopes (and any other): passed through, but for gated websocket handshakes and the
-        lease loop's and metrics' start-up and shutdown."""
+        """Lifespan and websocket scopes (and any other), and CORS preflights (the app's CORS layer answers them; no
+        route runs): passed through, but for gated websocket handshakes and the lease loop's and metrics' start-up
+        and shutdown."""
         if scope["type"] == "websocket" and self.gate_websockets:
             await self._websocket(scope, receive, send)
         elif scope["type"] == "lifespan" and (self.backend is not None or self._sync is not None or
