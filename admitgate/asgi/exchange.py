@@ -8,7 +8,6 @@ on admission); the admit path of a plain request passes ``send`` on untouched.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence, Sized
-from functools import partial
 
 from ..core.decision import Decider
 from ..core.probes import Probes
@@ -37,8 +36,8 @@ class Watch:
 
 class Flight:
     """``send`` wrapped once for one request the probes follow (``watch``; None: none do), its response's status
-    kept as it begins (0 until then). Made by :func:`flight` on the admit path; the middleware reports the request's
-    end to the probes."""
+    kept as it begins (0 until then). It has no ``__init__``: the admit path sets its slots, without a call of Python.
+    The middleware reports the request's end to the probes."""
 
     __slots__ = ("downstream", "status", "watch")
 
@@ -68,10 +67,6 @@ class Flight:
         else:
             watch.probes.cancel(now, bool(self.status))
         watch.freed()
-
-
-#: A bare :class:`Flight`, its slots to be set by the caller (no ``__init__`` call on the admit path).
-flight: Callable[[], Flight] = partial(object.__new__, Flight)
 
 
 class Exchange(Flight):

@@ -32,7 +32,7 @@ from ..core.tenants import Tenancy
 from ..metrics import ABANDONED, AFTER_PACING, AT_ONCE, REJECTED, TALLY
 from .build import alone, attach, build, ticket_of, wire_metrics
 from .cors import AppCors, is_preflight
-from .exchange import Exchange, Watch, flight
+from .exchange import Exchange, Flight, Watch
 from .headers import HeaderPolicy
 from .identity import Identity, Recogniser
 from .lag import lag_monitor
@@ -192,7 +192,7 @@ class AdmitGate:
         if watch is None:  # no probes to tell
             await self.app(scope, receive, send if exchange is None else exchange.send)
             return
-        wrapped = flight() if exchange is None else exchange
+        wrapped = Flight() if exchange is None else exchange
         if exchange is None:
             wrapped.downstream, wrapped.status, wrapped.watch = send, 0, watch
         probes = watch.probes
