@@ -460,6 +460,42 @@ async def test_probes_record_latency_to_the_last_body_chunk_and_outcomes(clock: 
 
 
 @pytest.mark.anyio
+async def test_a_cancelled_or_silent_request_leaves_flight_and_gives_no_sample(clock: ManualClock, sleep) -> None:
+    """A request cancelled after its response began, one cancelled before, and one whose app returned without a
+    response: each is out of flight (and out of the answered count) at its end, and none gives a latency sample; rate-
+    limit fields on admission (an exchange of its own) report to the probes as a plain request does."""
+    from admitgate.limit.capacity import LiveCapacity
+    from admitgate.limit.estimators import Static
+
+    async def service(scope, receive, send):
+        if scope["path"] == "/silent":
+            return
+        if scope["path"] == "/streaming":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        started.set()
+        await anyio.sleep_forever()
+
+    for headers in (None, HeaderPolicy(on_admit=True)):
+        source = LiveCapacity(Static(100.0), initial=100.0, now=clock())
+        app = AdmitGate(service, rate=source, clock=clock, sleep=sleep, headers=headers)
+        probes = source.probes
+        for path in ("/streaming", "/waiting"):
+            started = anyio.Event()
+            async with anyio.create_task_group() as group:
+                group.start_soon(app, http_scope(path), None, _discard)
+                await started.wait()
+                assert (probes.inflight, probes.answered) == (1, int(path == "/streaming"))
+                group.cancel_scope.cancel()
+            assert (probes.inflight, probes.answered, probes.total) == (0, 0, 0)
+        await app(http_scope("/silent"), None, _discard)
+        assert (probes.inflight, probes.answered, probes.total, probes.total_errors) == (0, 0, 0, 0)
+
+
+async def _discard(message) -> None:
+    """A client's end of ``send`` that keeps nothing."""
+
+
+@pytest.mark.anyio
 async def test_a_static_rate_records_no_probes(clock: ManualClock, sleep) -> None:
     gate = AdmitGate(Recorder(), rate=10, clock=clock, sleep=sleep)
     assert gate.gate.probes is None
