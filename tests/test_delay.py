@@ -58,6 +58,17 @@ def test_a_standing_queue_limits_at_what_the_service_delivers() -> None:
     assert e.mu == pytest.approx(180.0)
 
 
+def test_a_slow_services_queue_stands_only_once_it_has_outlasted_two_of_its_round_trips() -> None:
+    """A herd landing on a 0.5 s service: its first answers come back after 0.5 s, so the rate it delivers over the
+    half second before says nothing of its capacity (a cold gate told a whole herd by 6/s that way)."""
+    e = QueueDelay()
+    feed(e, 0.0, 0.5, delivered=200.0, latency=0.5)
+    queue = {"delivered": 200.0, "latency": 0.8, "busy": 200.0 * 0.8}
+    assert feed(e, 0.6, 1.5, **queue) == T.open_rate and e.state == "open"  # 0.9 s: under two round trips
+    feed(e, 1.6, 1.7, **queue)
+    assert e.state == "limiting" and e.mu == pytest.approx(200.0)
+
+
 def test_the_event_loop_lag_is_a_queue_of_its_own() -> None:
     """A CPU-bound app: its handlers show no latency beyond the baseline, the loop's lag shows the queue."""
     e = QueueDelay()

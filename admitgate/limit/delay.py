@@ -7,8 +7,9 @@ It reads one overload signal, the *queueing delay*, and acts only once a queue s
    the work in flight beyond what the delivered rate keeps busy for a baseline latency (Little; noisy). Requests in
    flight with none answered for twice the slowest recent latency read as an endless delay (a stall). The
    baseline is the lowest window mean over ``baseline_window`` seconds, learnt only while the delay is low.
-2. A queue *stands* once the delay has stayed above ``target`` for ``interval`` seconds (CoDel's test: a burst
-   drains within the interval, a standing queue does not). Until one stands the gate is open: it does not limit,
+2. A queue *stands* once the delay has stayed above ``target`` for ``interval`` seconds, or for two baseline
+   latencies if longer (CoDel's test: a burst drains within the interval, a standing queue does not; and a slow
+   service's rate shows only once its answers come back). Until one stands the gate is open: it does not limit,
    and it knows no capacity.
 3. From then on μ, the capacity, follows what the service delivers (averaged over ``interval``) while a queue
    stands, and rises with what it delivers otherwise.
@@ -47,6 +48,7 @@ class DelayTuning:
     max_cut: float = 0.5
     max_gain: float = 2.0
     least: float = 1e-3
+    round_trips: float = 2.0
 
 
 #: The tuning as chosen.
@@ -101,11 +103,12 @@ class QueueDelay:
             self._baseline.observe(w.latency, w.dt)
             base = w.latency
         delay = self._delay(w, base)
+        interval = max(self.interval, t.round_trips * base)
         windows = self._windows
         windows.append((w.now, delay, w.limiting))
-        while len(windows) > 1 and windows[1][0] <= w.now - self.interval:  # (the oldest spans the interval's start)
+        while len(windows) > 1 and windows[1][0] <= w.now - interval:  # (the oldest spans the interval's start)
             windows.popleft()
-        spanned = w.now - windows[0][0] >= self.interval - 1e-9
+        spanned = w.now - windows[0][0] >= interval - 1e-9
         if w.limiting:
             self._limited_at = w.now
         if delay <= self.target:
@@ -124,7 +127,7 @@ class QueueDelay:
             return t.least
         mu = self.mu if self.mu is not None else good
         if delay > self.target or good > mu:
-            mu += (good - mu) * min(1.0, w.dt / self.interval)
+            mu += (good - mu) * min(1.0, w.dt / interval)
         self.mu = mu = max(mu, t.least)
         return max(mu * self._scale(w, delay, spanned), t.least)
 
