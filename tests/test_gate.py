@@ -425,6 +425,57 @@ class Lease:
         return False
 
 
+class Landing(Lease):
+    """A shared budget whose fleet's backlog is still landing until ``landing`` is set False."""
+
+    def __init__(self, fleet_rate: float) -> None:
+        super().__init__(fleet_rate)
+        self.landing = True
+
+    def unsettled(self, backlog: float) -> bool:
+        return self.landing
+
+
+def test_a_herd_held_while_it_lands_on_the_fleet_leaves_the_pacing_slots_and_is_told_once_it_has_landed() -> None:
+    """A herd of 100 lands on a replica (``max_waiters`` 20) while the fleet's backlog lands: its new places are
+    held apart from the pacing holds, so a request whose token comes within the pacing window is still paced for it
+    (counted among them, a herd of 3,500 took every slot, and such requests were told to come back). When the
+    budget finds the backlog landed the gate wakes every held place, and each is told by its share of the fleet's H,
+    none of those told sent back in the same second as more than that share."""
+    g = Gate(100.0, Settings(burst=1, max_pacing_delay=0.5, max_waiters=20, growth=0.0), now=0.0)
+    now = warm(g, 2) + g.refresh_interval
+    lease = Landing(100.0)
+    lease.share = 20.0  # (a fifth of the fleet's H: the others hold four times as many places)
+    g.backend = lease
+    g.refresh(now)
+    assert g.schedule.rate == 20.0
+    woken: list[int] = []
+    herd = [admit(g, now, key=i) for i in range(100)]
+    held = [d for d in herd if d.landing]
+    assert len(held) >= 75 and g.landing == len(held) and g.waiters == 20
+    assert all(d.verdict is Verdict.PACE and d.delay > 0 for d in held)
+    for k, d in enumerate(herd):
+        if d.landing:
+            g.wait_landing(lambda k=k: woken.append(k) is None)
+    paced = [d for d in herd if d.verdict is Verdict.PACE and not d.landing]
+    for d in paced:  # the paced holds go in at their tokens: their slots come free
+        assert g.end_hold(d, d.until) is ADMITTED
+    at = max(d.until for d in paced)
+    assert admit(g, at, key="late").verdict is Verdict.PACE and g.waiters == 1  # paced for its token, not held
+    assert not woken
+    lease.landing = False
+    g.landed()  # (as the shared budget does at a lease that finds the fleet's backlog landed)
+    assert sorted(woken) == [k for k, d in enumerate(herd) if d.landing]
+    told: Counter[int] = Counter()
+    for d in held:
+        after = g.end_hold(d, at)
+        assert after is not None
+        if after.verdict is Verdict.REJECT:
+            told[int(at + after.retry_after)] += 1
+    assert g.landing == 0
+    assert sum(told.values()) >= 60 and max(told.values()) <= 1.2 * lease.share, sorted(told.items())
+
+
 def test_before_a_shared_budgets_first_lease_clients_expect_the_recent_h_back() -> None:
     """Until its first lease a replica is granted nothing (the pacer paused), so its promise is 0: that time is an
     outage, and a herd is told at the peak of H (at a rate of 0 it was folded under the cap: told 1-3599 s). It ends

@@ -621,55 +621,85 @@ def test_the_first_second_after_an_outage_is_granted_in_full_not_paid_for_the_re
     assert refilled == pytest.approx([6.0] * 10), refilled
 
 
-def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(redis_server) -> None:
+@pytest.mark.parametrize(("late", "crowd"), [(0.0, 1.3), (1.0, 1.5)])
+def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(
+    redis_server, late: float, crowd: float
+) -> None:
     """2,000 clients land at once on four replicas sharing 200/s, split 1,400 / 200 / 200 / 200. A place told before
     the leases had published the others' herds saw none of them and was told at all of the fleet's H: 817 clients
     were told to come back in the same second (4.1 times H). Held until the fleet's backlog has landed, each is told
     by its replica's share of the fleet's H. Each client obeys; counted is the first Retry-After each is told, by the
-    second it is told to come back in (as bench/fleet_herd.py counts them)."""
+    second it is told to come back in (as bench/fleet_herd.py counts them). ``late``: the replica the herd lands on
+    most leases that many seconds late once it lands (its event loop busy with the herd's connections, as on real
+    servers): by their backlogs alone, the others found the fleet's backlog landed before it leased and told their
+    herds as if it had none, and it told its own by all of the fleet's H (406 told the same second, 2.0 times H;
+    held until every replica has leased since, 1.4 times H: the others' places that came due while held find their
+    replicas' buckets short, and are told a second)."""
     rate, split, spans = 200.0, (1400, 200, 200, 200), (0.5, 0.07, 0.07, 0.07)
 
     async def run() -> tuple[Counter[int], list[int]]:
         clock = ManualClock(1000.0)
         gates = [Gate(rate, Settings(burst=20), now=clock()) for _ in split]
-        budgets = [RedisBudget(redis_server.url, name=redis_server.name("t21"), timeout=0.5) for _ in split]
+        budgets = [RedisBudget(redis_server.url, name=redis_server.name(f"t21-{late}"), timeout=0.5) for _ in split]
         for budget, gate in zip(budgets, gates, strict=True):
             budget.attach(gate, rate, clock)
-        events: list[tuple[float, int, tuple[str, int, int], Decision | None]] = []
+        events: list[tuple[float, int, tuple[str, int, int], Decision | None, list[bool]]] = []
         order = itertools.count()
+
+        def hold(now: float, who: tuple[str, int, int], decision: Decision, gate: Gate) -> None:
+            """Hold ``decision`` for its delay, or, held for the fleet's backlog to land, until the gate wakes it (as
+            admitgate.asgi.pacing does)."""
+            live = [True]
+            heapq.heappush(events, (now + decision.delay, next(order), who, decision, live))
+            if decision.landing:
+
+                def wake() -> bool:
+                    if not live[0]:
+                        return False
+                    live[0] = False
+                    heapq.heappush(events, (clock(), next(order), who, decision, [True]))
+                    return True
+
+                gate.wait_landing(wake)
+
         start, herd = clock(), clock() + 3.0
         for r in range(len(split)):  # 3 s of light traffic (5/s a replica), and a lease every 0.1 s on each
-            heapq.heappush(events, (start + 0.025 * r, next(order), ("lease", r, 0), None))
+            heapq.heappush(events, (start + 0.025 * r, next(order), ("lease", r, 0), None, [True]))
             for k in range(15):
-                heapq.heappush(events, (start + 0.2 * k + 0.01 * r, next(order), ("light", r, k), None))
+                heapq.heappush(events, (start + 0.2 * k + 0.01 * r, next(order), ("light", r, k), None, [True]))
         for r, (clients, span) in enumerate(zip(split, spans, strict=True)):
             for k in range(clients):
-                heapq.heappush(events, (herd + span * k / clients, next(order), ("herd", r, k), None))
+                heapq.heappush(events, (herd + span * k / clients, next(order), ("herd", r, k), None, [True]))
         first: dict[tuple[str, int, int], int] = {}
         told: Counter[int] = Counter()
         began = time.monotonic()
         while events:
-            now, _, who, held = heapq.heappop(events)
-            if now > herd + 2.0:
+            now, _, who, held, live = heapq.heappop(events)
+            if now > herd + 3.0:
                 break
+            if not live[0]:  # (a hold woken sooner)
+                continue
+            live[0] = False
             clock.advance(now - clock())
             kind, r, _ = who
             if kind == "lease":  # (on Redis' clock the shared bucket refills as long as on this one)
                 await asyncio.sleep(max(0.0, (now - start) - (time.monotonic() - began)))
-                await budgets[r].lease(now)
-                heapq.heappush(events, (now + 0.1, next(order), who, None))
+                busy = r == 0 and herd <= now < herd + late
+                if not busy:
+                    await budgets[r].lease(now)
+                heapq.heappush(events, (herd + late if busy else now + 0.1, next(order), who, None, [True]))
                 continue
             gate = gates[r]
             decision = gate.admit(1.0, DEFAULT, now, functools.partial(tuple, who)) if held is None else \
                 gate.end_hold(held, now)  # fmt: skip
             assert decision is not None
             if decision.delay:
-                heapq.heappush(events, (now + decision.delay, next(order), who, decision))
+                hold(now, who, decision, gate)
             elif decision.verdict is Verdict.REJECT:
                 if kind == "herd" and who not in first:
                     first[who] = decision.retry_after
                     told[int(now + decision.retry_after)] += 1
-                heapq.heappush(events, (now + decision.retry_after, next(order), who, None))
+                heapq.heappush(events, (now + decision.retry_after, next(order), who, None, [True]))
         for budget in budgets:
             await budget.stop()
         return told, list(first.values())
@@ -677,7 +707,7 @@ def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(r
     told, values = asyncio.run(run())
     bound = sum(split) / rate  # M / H: 10 s
     assert len(values) >= 0.8 * sum(split)  # (the rest were paced in at once)
-    assert max(told.values()) <= 1.3 * rate, sorted(told.items())
+    assert max(told.values()) <= crowd * rate, sorted(told.items())
     assert max(values) <= 1.2 * bound
 
 

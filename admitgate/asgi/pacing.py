@@ -87,13 +87,17 @@ async def hold(gate: Decider, clock: Clock, sleep: Sleep, decision: Decision, sc
 
 
 async def _sleep(gate: Decider, sleep: Sleep, held: Decision) -> None:
-    """Sleep out a hold's delay; a hold waiting for room in flight is woken sooner when its decider has room."""
-    if not held.room:
+    """Sleep out a hold's delay; a hold waiting for room in flight is woken sooner when its decider has room, and a
+    new place held while a herd lands on the fleet when its decider finds the fleet's backlog landed."""
+    if not held.room and not held.landing:
         await sleep(held.delay)
         return
     with anyio.CancelScope() as woken:
         wake = _Wake(woken)
-        gate.wait_room(wake)
+        if held.room:
+            gate.wait_room(wake)
+        else:
+            gate.wait_landing(wake)
         try:
             await sleep(held.delay)
         finally:

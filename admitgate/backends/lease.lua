@@ -1,5 +1,7 @@
 -- The shared budget's lease, run atomically in Redis by admitgate.backends.shared.RedisBudget.
 -- KEYS: bucket, members, rates. ARGV: want, id, mine, fixed, burst, ttl, interval, backlog, new, overdraft.
+-- Returns: grant, fleet rate, replicas, Redis time, Σbacklog, Σnew, this lease's serial number, and the serial number
+-- of the live replicas' stalest last lease.
 local bucket, members, rates = KEYS[1], KEYS[2], KEYS[3]
 local want, id, mine = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local fixed, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -13,7 +15,14 @@ local dead = redis.call('ZRANGEBYSCORE', members, '-inf', now)
 for _, d in ipairs(dead) do
   redis.call('ZREM', members, d)
   redis.call('HDEL', rates, d)
-  redis.call('HDEL', bucket, 'mark:' .. d)
+  redis.call('HDEL', bucket, 'mark:' .. d, 'seen:' .. d)
+end
+-- leases are numbered in the order Redis runs them: a replica can tell whether every other has leased since one
+local serial = redis.call('HINCRBY', bucket, 'serial', 1)
+redis.call('HSET', bucket, 'seen:' .. id, serial)
+local stalest = serial
+for _, m in ipairs(redis.call('ZRANGE', members, 0, -1)) do
+  stalest = math.min(stalest, tonumber(redis.call('HGET', bucket, 'seen:' .. m)) or serial)
 end
 redis.call('HSET', rates, id, want .. ' ' .. backlog .. ' ' .. new .. ' ' .. mine)
 local rate, wants, backlogs, news = 0, 0, 0, 0
@@ -58,4 +67,4 @@ redis.call('PEXPIRE', bucket, keep)
 redis.call('PEXPIRE', members, keep)
 redis.call('PEXPIRE', rates, keep)
 return {tostring(grant), tostring(rate), redis.call('ZCARD', members), tostring(now), tostring(backlogs),
-        tostring(news)}
+        tostring(news), serial, stalest}

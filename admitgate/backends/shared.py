@@ -24,7 +24,8 @@ replicas' queues then drain together, in ``Σbacklog / H_fleet``, whichever repl
 however unevenly. Between leases a replica counts its own new places at once (its share can only be
 larger than the last lease said, so clients are told early, never late). While a herd is still landing
 (:meth:`RedisBudget.unsettled`) the gate holds a new place until the leases have published it and the
-others' (see ``Gate._unheard``). One round
+others', every replica having leased since the fleet's backlog last grew (leases are numbered in Redis), and
+then wakes it (see ``Gate._unheard``). One round
 trip per replica per interval, whatever the request rate: at 1,000 decisions/s per replica that is
 10 round trips per 1,000 decisions. State in Redis is O(1) per bucket plus one entry per live replica.
 
@@ -178,6 +179,7 @@ class RedisBudget:
         self.fleet_backlog = 0.0  # Σ backlog of the replicas' schedules at the last lease, tokens
         self._fleet_before = 0.0  # the same at the lease before
         self._backlog = 0.0  # this replica's backlog as published at the last lease, tokens
+        self._landing_since: int | None = None  # the lease that last found the fleet's backlog growing, until landed
         self._grant_rate = self._grant_at = self._grant_until = 0.0  # the last grant: tokens/s, from, until
         self._borrowed_at: float | None = None  # since when it refills at its fail-open share (a late lease)
         self._borrowed_rate = 0.0
@@ -251,14 +253,31 @@ class RedisBudget:
 
     def unsettled(self, backlog: float) -> bool:
         """Whether a herd is still landing on the fleet: this replica holds ``backlog`` places, more than its last
-        lease published, or the fleet's published backlog grew at that lease, each by more than ``SETTLED`` of it
-        and one place. A herd lands on every replica at once: a place told before the
+        lease published, by more than ``SETTLED`` of it and one place, or the leases have not yet found the fleet's
+        backlog landed (see :meth:`_land`). A herd lands on every replica at once: a place told before the
         leases published the others' saw none of them and was told at all of the fleet's H (four times H clients
         told to come back in the same second, split 70/10/10/10 over four replicas)."""
         if self.degraded or self.round_trips == 0 or not self.fleet_rate:
             return False
-        mine = backlog - self._backlog > SETTLED * self._backlog + 1.0
-        return mine or self.fleet_backlog - self._fleet_before > SETTLED * self._fleet_before + 1.0
+        return self._landing or backlog - self._backlog > SETTLED * self._backlog + 1.0
+
+    def _land(self, serial: int, stalest: int) -> None:
+        """At lease number ``serial`` (Redis numbers them in turn), whether the fleet's backlog is still landing: it
+        grew by more than ``SETTLED`` of it and one place since this replica's lease before, or it did at an earlier
+        lease and some replica has not leased since (``stalest``: the number of the live replicas' oldest last
+        lease). The replica a herd lands on most leases last (its event loop is busy with the herd's connections,
+        1 s late on the fleet herd): found landed by their backlogs alone, the others told their herds as if it
+        had none. Once it has landed, the places the gate held for it are woken, to be told."""
+        if self.fleet_backlog - self._fleet_before > SETTLED * self._fleet_before + 1.0:
+            self._landing_since = serial
+        elif self._landing_since is not None and stalest > self._landing_since:
+            self._landing_since = None
+        if self._landing_since is None:
+            self.gate.landed()
+
+    @property
+    def _landing(self) -> bool:
+        return self._landing_since is not None
 
     def overdue(self, now: float) -> None:
         """The gate's refresh at ``now``: if the next lease is more than ``LATE`` intervals late (an event loop busy
@@ -332,6 +351,7 @@ class RedisBudget:
         granted, rate, replicas = float(reply[0]), float(reply[1]), int(reply[2])
         self._fleet_before = self.fleet_backlog
         self.fleet_backlog, self.fleet_new, self._backlog = float(reply[4]), float(reply[5]), backlog
+        self._land(int(reply[6]), int(reply[7]))
         if self.degraded:
             log.warning("admitgate: backend %s is back; leasing from the shared budget again", self.url)
         self.degraded, self._failed = False, 0

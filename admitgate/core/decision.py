@@ -77,6 +77,10 @@ class Decision:
     #: PACE: it waits for room in flight for at most ``delay`` s: whoever holds it ends the hold sooner when its
     #: decider says room may have come (see :meth:`Decider.wait_room`)
     room: bool = False
+    #: PACE: a new place held while a herd lands on the fleet (see Gate._unheard): it waits for at most ``delay`` s,
+    #: and whoever holds it ends the hold sooner when its decider says the fleet's backlog has landed
+    #: (see :meth:`Decider.wait_landing`)
+    landing: bool = False
 
 
 ADMITTED = Decision(Verdict.ADMIT)
@@ -143,6 +147,10 @@ class Decider(Protocol):
 
     def room_freed(self) -> None:
         """Room in flight may have come (a response began or ended): wake as many holds waiting for it as fit."""
+        ...
+
+    def wait_landing(self, wake: Callable[[], bool]) -> None:
+        """Call ``wake`` when a herd's places have landed on the fleet, for a hold of :attr:`Decision.landing`."""
         ...
 
     @property

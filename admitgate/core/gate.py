@@ -36,18 +36,15 @@ as other tenants wake, comes back as they drain), when it is waited out at the p
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Sized
+from collections.abc import Hashable
 
 from .decision import ADMITTED, PACING_BOUNDS, Decision, Identify, Stranger, Verdict
 from .pacer import TokenPacer
 from .priority import Priority
 from .rates import GateRates
 from .schedule import Place, forecast
-
-log = logging.getLogger("admitgate")
 
 #: A place counts as due when the head is within this many seconds of it (float rounding).
 DUE_SLACK = 1e-6
@@ -163,13 +160,35 @@ class Gate(GateRates):
     def _unheard(self, key: Hashable | None, place: Place, cost: float, reserve: float, now: float,
                  since: float) -> Decision | None:  # fmt: skip
         """A new place taken while a herd still lands on the fleet (:meth:`Budget.unsettled`): held and booked, so the
-        next lease publishes it, until the fleet's backlog settles (within ``place_hold``). None: told now."""
-        backend, left = self.backend, self.place_hold - (now - since)
-        if backend is None or key is None or left <= DUE_SLACK or self.waiters >= self.max_waiters or \
-                not backend.unsettled(self.backlog()[0] + (self.schedule.place_of(key, now) is None)):  # fmt: skip
+        next lease publishes it, until the fleet's backlog has landed (:meth:`landed`), its place is due, or
+        ``tuning.landing_hold`` from its arrival; None: told now. Apart from the pacing holds (counted among them, a
+        herd of 3,500 on one replica took every slot, and requests whose tokens were near were told to come back)."""
+        backend, tuning, schedule = self.backend, self.tuning, self.schedule
+        left = tuning.landing_hold - (now - since)
+        if backend is None or key is None or left <= DUE_SLACK or \
+                self.landing >= self.max_waiters * tuning.landing_waiters or \
+                not backend.unsettled(self.backlog()[0] + (schedule.place_of(key, now) is None)):  # fmt: skip
             return None
-        self.schedule.hold(key, place, now)
-        return self._pace(min(left, self.refresh_interval), now, key, cost, reserve, place, None, since, held=True)
+        schedule.hold(key, place, now)
+        self.landing += 1
+        wait = min(left, max(schedule.due_in(place[0], now), self.refresh_interval))
+        return Decision(Verdict.PACE, wait, 0, schedule.rate, key, cost, reserve, place, None, self.pacer.epoch, since,
+                        now, landing=True)  # fmt: skip
+
+    def _held(self, held: Decision, now: float) -> Decision:
+        """A client held for its place, at the end of its hold. A new place held while a herd lands (see
+        :meth:`_unheard`) is held on while the herd lands and its place is not due, else decided as a client back for
+        its place at ``now``, a pacing window from now (from its arrival, every place due within two seconds was told
+        1 s at once: twice H clients to come back in the same second)."""
+        key, place = held.key, held.place
+        assert key is not None and place is not None
+        if not held.landing:
+            return self._returning(key, place, held.cost, held.reserve, now, held.since)
+        if self.schedule.due_in(place[0], now) > DUE_SLACK:  # (a due place goes in: held on, its token went unused)
+            again = self._unheard(key, place, held.cost, held.reserve, now, held.since)
+            if again is not None:
+                return again
+        return self._returning(key, place, held.cost, held.reserve, now, now)
 
     def _returning(self, key: Hashable, place: Place, cost: float, reserve: float, now: float,
                    since: float) -> Decision:  # fmt: skip
@@ -236,7 +255,7 @@ class Gate(GateRates):
         room = token is not None and wait <= DUE_SLACK and self._shut(cost, now, reserve)  # its token due, no room
         if room and self.room_hold - (now - since) <= DUE_SLACK:
             self.pacer.give(cost, now)
-            return self._requeue(key, cost, now)
+            return self._requeue(key, cost, reserve, now)
         self.waiters += 1
         spot, delay = None, min(wait, self.recheck)
         if room:
@@ -318,32 +337,15 @@ class Gate(GateRates):
             return dataclasses.replace(decision, delay=delay, token=token, epoch=self.pacer.epoch, until=now,
                                        room=full)  # fmt: skip
         self.pacer.give(decision.cost, now)
-        return self._requeue(decision.key, decision.cost, now)
+        return self._requeue(decision.key, decision.cost, decision.reserve, now)
 
-    def _requeue(self, key: Hashable | None, cost: float, now: float) -> Decision:
+    def _requeue(self, key: Hashable | None, cost: float, reserve: float, now: float) -> Decision:
         """A hold turned away (no room in flight within its window, or its token would now come too late): the next
-        place in the schedule, as a request that found no token is given. (At the head, a crowd turned away at once,
-        as a herd held for room at an unknown capacity is, was told one second all together.)"""
-        return self._reject(key, (self._new_place(key, cost, now, 0.0), cost, now), now, early=False)
-
-    def wait_room(self, wake: Callable[[], bool]) -> None:
-        """Call ``wake`` when room in flight may have come (see :meth:`room_freed`)."""
-        self._room_waiters.append(wake)
-
-    @property
-    def waiting_for_room(self) -> Sized:
-        return self._room_waiters
-
-    def room_freed(self) -> None:
-        """Room in flight may have come: wake as many holds waiting for it as fit, the newest first (Facebook's
-        adaptive LIFO: while a queue stands, the newest requests' clients are the ones still waiting)."""
-        waiting, bound = self._room_waiters, self.bound
-        if not waiting or bound is None:
-            return
-        free = bound.limit - (bound.inflight - bound.answered)
-        while waiting and free >= 1:
-            if waiting.pop()():
-                free -= 1
+        place in the schedule, as a request that found no token is given, held while a herd lands (:meth:`_unheard`).
+        (At the head, a crowd turned away at once, as a herd held for room at an unknown capacity is, was told one
+        second all together.)"""
+        place = (self._new_place(key, cost, now, 0.0), cost, now)
+        return self._unheard(key, place, cost, reserve, now, now) or self._reject(key, place, now, early=False)
 
     def _reject(self, key: Hashable | None, place: Place, now: float, early: bool) -> Decision:
         """Tell ``key`` when its place will be due (forecast), book it, and hold the 429 if it came early."""
@@ -385,36 +387,24 @@ class Gate(GateRates):
         stats.rejected += 1
         return Decision(Verdict.REJECT, hold, retry_after, schedule.rate, key)
 
-    def _overflow(self, retry_after: int) -> int:
-        """A place beyond the cap: fold it into [1, cap] (it comes back early, keeps its place, is told again).
-
-        Folding the schedule's seconds modulo the cap fills every value of Retry-After equally: each is
-        given to at most ``ceil(M / (H·cap))·H`` clients, the fewest any spread within the cap allows.
-        """
-        self.stats.overflow += 1
-        if not self._overflowing:
-            self._overflowing = True
-            log.warning("admitgate: the retry schedule reaches past max_retry_after (%d s): clients beyond it are "
-                        "told values folded into it and will ask again", self._cap)  # fmt: skip
-        return 1 + (retry_after - 1) % self._cap
-
     def end_hold(self, decision: Decision, now: float, gone: bool = False) -> Decision | None:
         """A hold is over at ``now``: what next. ``gone``: the client went away while held.
 
-        After the tarpit, the same rejection (send it). After pacing: ADMITTED once the request's
-        token exists or its place in the schedule is due. A wake-up before the end of the wait it was given
-        (:attr:`Decision.until`) holds it on otherwise. If the rate or H fell while it was held, it
-        reserves again (or waits on for its place) while its total hold stays within
-        ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule or its own
-        place kept. None if the client went away (its token, of the current epoch and reserved last, is
-        refunded). The rate is refreshed first when due: a herd held at once is decided again only at its wake-ups.
-        """
+        After the tarpit, the same rejection (send it). After pacing: ADMITTED once the request's token exists or its
+        place in the schedule is due. A wake-up before the end of the wait it was given (:attr:`Decision.until`) holds
+        it on otherwise. If the rate or H fell while it was held, it reserves again (or waits on for its place) while
+        its total hold stays within ``max_pacing_delay``, else it is rejected, with a place at the head of the schedule
+        or its own place kept. None if the client went away (its token, of the current epoch and reserved last, is
+        refunded). The rate is refreshed first when due: a herd held at once is decided again only at its wake-ups."""
         if decision.verdict is Verdict.REJECT:
             self.tarpitted -= 1
             return dataclasses.replace(decision, delay=0.0)
         if now >= self.next_refresh:  # (a tenant's pool whose clients are all held reads its share only here)
             self.refresh(now)
-        self.waiters -= 1
+        if decision.landing:
+            self.landing -= 1
+        else:
+            self.waiters -= 1
         token, pacer, guard = decision.token, self.pacer, self._guard
         current = decision.epoch == pacer.epoch
         if gone:
@@ -431,16 +421,15 @@ class Gate(GateRates):
             return self._replica_due(decision, decision.guard, guard, now)
         if now < decision.until - DUE_SLACK and (token is None or current):
             return self._woken(decision, now)
-        if token is None:  # a returning client held for its place
-            assert decision.key is not None and decision.place is not None
-            return self._returning(decision.key, decision.place, decision.cost, decision.reserve, now, decision.since)
+        if token is None:  # a client held for its place
+            return self._held(decision, now)
         if current:
             due = pacer.due_in(token, now)
         else:  # the rate was cut while it was held: reserve again, behind those reserved before it
             left = max(0.0, self.max_pacing_delay - (now - decision.since))
             token = pacer.reserve(decision.cost, now, left, decision.reserve * pacer.burst)
             if token is None:  # too long a wait now: a place in the schedule instead
-                return self._requeue(decision.key, decision.cost, now)
+                return self._requeue(decision.key, decision.cost, decision.reserve, now)
             due = pacer.due_in(token, now)
         if due <= DUE_SLACK:
             return self._in(decision, token, now)
@@ -456,7 +445,7 @@ class Gate(GateRates):
         # in 5.1 s, median of five seeds, against 4.6 s and the 5 s asked).
         if self.parent is not None:
             pacer.release(decision.cost, now, token)  # (this epoch's: reserved again above if it was not)
-        return self._requeue(decision.key, decision.cost, now)
+        return self._requeue(decision.key, decision.cost, decision.reserve, now)
 
     def _replica_due(self, decision: Decision, place: float, guard: TokenPacer, now: float) -> Decision:
         """A hold whose own token came due while the replica's bucket was short, its token reserved there at

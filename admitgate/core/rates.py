@@ -8,9 +8,10 @@ It reads no clock: every call takes ``now`` (seconds).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 
 from .budget import Budget
 from .decision import GateStats, Stranger
@@ -24,6 +25,8 @@ from .settings import MAX_RATE, MIN_RATE, Settings
 from .source import Capacity, RateOf, RateReading, RateSource, StaticCapacity
 from .strays import Strays
 from .tuning import GATE, GateTuning
+
+log = logging.getLogger("admitgate")
 
 
 class GateRates:
@@ -62,6 +65,8 @@ class GateRates:
         self.parent: Parent | None = None
         self.waiters = 0  #: requests held by pacing now
         self._room_waiters: deque[Callable[[], bool]] = deque()  # holds waiting for room in flight, oldest first
+        self.landing = 0  #: new places held now while a herd lands on the fleet (not counted in ``waiters``)
+        self._landing_waiters: list[Callable[[], bool]] = []  # their wake-ups
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -200,6 +205,49 @@ class GateRates:
         and their λ_new summed (requests/s). What a shared budget leases for and publishes."""
         below = self.ledger
         return self.schedule.holders + below.held, self._new.rate + below.new
+
+    def _overflow(self, retry_after: int) -> int:
+        """A place beyond the cap: fold it into [1, cap] (it comes back early, keeps its place, is told again).
+
+        Folding the schedule's seconds modulo the cap fills every value of Retry-After equally: each is
+        given to at most ``ceil(M / (H·cap))·H`` clients, the fewest any spread within the cap allows.
+        """
+        self.stats.overflow += 1
+        if not self._overflowing:
+            self._overflowing = True
+            log.warning("admitgate: the retry schedule reaches past max_retry_after (%d s): clients beyond it are "
+                        "told values folded into it and will ask again", self._cap)  # fmt: skip
+        return 1 + (retry_after - 1) % self._cap
+
+    def wait_room(self, wake: Callable[[], bool]) -> None:
+        """Call ``wake`` when room in flight may have come (see :meth:`room_freed`)."""
+        self._room_waiters.append(wake)
+
+    @property
+    def waiting_for_room(self) -> Sized:
+        return self._room_waiters
+
+    def room_freed(self) -> None:
+        """Room in flight may have come: wake as many holds waiting for it as fit, the newest first (Facebook's
+        adaptive LIFO: while a queue stands, the newest requests' clients are the ones still waiting)."""
+        waiting, bound = self._room_waiters, self.bound
+        if not waiting or bound is None:
+            return
+        free = bound.limit - (bound.inflight - bound.answered)
+        while waiting and free >= 1:
+            if waiting.pop()():
+                free -= 1
+
+    def wait_landing(self, wake: Callable[[], bool]) -> None:
+        """Call ``wake`` when the fleet's backlog has landed (see :meth:`landed`)."""
+        self._landing_waiters.append(wake)
+
+    def landed(self) -> None:
+        """The shared budget found the fleet's backlog landed: wake every new place held for it (see
+        :meth:`Gate._unheard`), to be told now."""
+        waiting, self._landing_waiters = self._landing_waiters, []
+        for wake in waiting:
+            wake()
 
     def headroom(self, now: float) -> float:
         """H: the rate returning clients may come back at, requests/s (what they are told by).

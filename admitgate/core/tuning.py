@@ -38,7 +38,10 @@ class GateTuning:
     places keep their order until it is measured). ``source_share``, ``source_places``: one source (an address
     prefix) holds places in the schedule's common queue up to this many seconds of the promised H, and at least
     this many tokens of them; its places beyond that go behind everyone's (see
-    :meth:`~admitgate.core.schedule.Schedule.take`).
+    :meth:`~admitgate.core.schedule.Schedule.take`). ``landing_hold``: a new place taken while a herd lands on a fleet
+    is held up to this long, from its request's arrival, for the fleet's backlog to land (see
+    :meth:`~admitgate.core.gate.Gate._unheard`); up to ``landing_waiters`` times ``max_waiters`` such holds at once,
+    beside the pacing holds.
     """
 
     min_share: float = 0.05
@@ -57,6 +60,8 @@ class GateTuning:
     unknown: float = 1e-6
     source_share: float = 2.0
     source_places: float = 20.0
+    landing_hold: float = 2.0
+    landing_waiters: float = 5.0
 
 
 #: The gate's tuning as chosen (every gate's unless one is given).

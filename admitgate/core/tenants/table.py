@@ -240,6 +240,10 @@ class Tenants(Reallocation, Waking):
     def room_freed(self) -> None:
         self.root.room_freed()
 
+    def wait_landing(self, wake: Callable[[], bool]) -> None:
+        """A hold in any pool waits for the replica's shared budget (the root's) to find the fleet's backlog landed."""
+        self.root.wait_landing(wake)
+
     @property
     def waiting_for_room(self) -> Sized:
         return self.root.waiting_for_room
