@@ -456,7 +456,8 @@ def test_a_herd_held_while_it_lands_on_the_fleet_leaves_the_pacing_slots_and_is_
     assert all(d.verdict is Verdict.PACE and d.delay > 0 for d in held)
     for k, d in enumerate(herd):
         if d.landing:
-            g.wait_landing(lambda k=k: woken.append(k) is None)
+            assert d.place is not None
+            g.wait_landing(lambda k=k: woken.append(k) is None, d.place[0])
     paced = [d for d in herd if d.verdict is Verdict.PACE and not d.landing]
     for d in paced:  # the paced holds go in at their tokens: their slots come free
         assert g.end_hold(d, d.until) is ADMITTED

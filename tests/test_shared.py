@@ -621,10 +621,8 @@ def test_the_first_second_after_an_outage_is_granted_in_full_not_paid_for_the_re
     assert refilled == pytest.approx([6.0] * 10), refilled
 
 
-@pytest.mark.parametrize(("late", "crowd"), [(0.0, 1.3), (1.0, 1.5)])
-def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(
-    redis_server, late: float, crowd: float
-) -> None:
+@pytest.mark.parametrize("late", [0.0, 1.0])
+def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(redis_server, late: float) -> None:
     """2,000 clients land at once on four replicas sharing 200/s, split 1,400 / 200 / 200 / 200. A place told before
     the leases had published the others' herds saw none of them and was told at all of the fleet's H: 817 clients
     were told to come back in the same second (4.1 times H). Held until the fleet's backlog has landed, each is told
@@ -632,9 +630,9 @@ def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(
     second it is told to come back in (as bench/fleet_herd.py counts them). ``late``: the replica the herd lands on
     most leases that many seconds late once it lands (its event loop busy with the herd's connections, as on real
     servers): by their backlogs alone, the others found the fleet's backlog landed before it leased and told their
-    herds as if it had none, and it told its own by all of the fleet's H (406 told the same second, 2.0 times H;
-    held until every replica has leased since, 1.4 times H: the others' places that came due while held find their
-    replicas' buckets short, and are told a second)."""
+    herds as if it had none, and it told its own by all of the fleet's H (406 told the same second, 2.0 times H).
+    Held until every replica has leased since the backlog last grew, and let in as their places come due, they are
+    told by one schedule."""
     rate, split, spans = 200.0, (1400, 200, 200, 200), (0.5, 0.07, 0.07, 0.07)
 
     async def run() -> tuple[Counter[int], list[int]]:
@@ -660,7 +658,8 @@ def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(
                     heapq.heappush(events, (clock(), next(order), who, decision, [True]))
                     return True
 
-                gate.wait_landing(wake)
+                assert decision.place is not None
+                gate.wait_landing(wake, decision.place[0])
 
         start, herd = clock(), clock() + 3.0
         for r in range(len(split)):  # 3 s of light traffic (5/s a replica), and a lease every 0.1 s on each
@@ -707,7 +706,7 @@ def test_a_herd_landing_on_four_replicas_at_once_is_told_by_one_fleet_schedule(
     told, values = asyncio.run(run())
     bound = sum(split) / rate  # M / H: 10 s
     assert len(values) >= 0.8 * sum(split)  # (the rest were paced in at once)
-    assert max(told.values()) <= crowd * rate, sorted(told.items())
+    assert max(told.values()) <= 1.3 * rate, sorted(told.items())
     assert max(values) <= 1.2 * bound
 
 

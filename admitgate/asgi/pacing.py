@@ -97,7 +97,8 @@ async def _sleep(gate: Decider, sleep: Sleep, held: Decision) -> None:
         if held.room:
             gate.wait_room(wake)
         else:
-            gate.wait_landing(wake)
+            assert held.place is not None
+            gate.wait_landing(wake, held.place[0])
         try:
             await sleep(held.delay)
         finally:

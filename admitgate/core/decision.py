@@ -149,8 +149,9 @@ class Decider(Protocol):
         """Room in flight may have come (a response began or ended): wake as many holds waiting for it as fit."""
         ...
 
-    def wait_landing(self, wake: Callable[[], bool]) -> None:
-        """Call ``wake`` when a herd's places have landed on the fleet, for a hold of :attr:`Decision.landing`."""
+    def wait_landing(self, wake: Callable[[], bool], position: float) -> None:
+        """Call ``wake`` when a herd's places have landed on the fleet, or the place at ``position`` is due, for a
+        hold of :attr:`Decision.landing`."""
         ...
 
     @property

@@ -8,6 +8,8 @@ It reads no clock: every call takes ``now`` (seconds).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 from collections import deque
@@ -66,7 +68,9 @@ class GateRates:
         self.waiters = 0  #: requests held by pacing now
         self._room_waiters: deque[Callable[[], bool]] = deque()  # holds waiting for room in flight, oldest first
         self.landing = 0  #: new places held now while a herd lands on the fleet (not counted in ``waiters``)
-        self._landing_waiters: list[Callable[[], bool]] = []  # their wake-ups
+        #: their wake-ups, by their places' positions: (position, order, wake), a heap
+        self._landing_waiters: list[tuple[float, int, Callable[[], bool]]] = []
+        self._landing_order = itertools.count()
         self.tarpitted = 0  #: 429s held by the tarpit now
         self._queue_since = now  # when the current queue of paced new requests began
         self._clear_at = now  # when the bucket's debt will have been repaid, as of the last reservation
@@ -154,6 +158,8 @@ class GateRates:
             self._level = self._promise * whole if whole is not None else self._promise
         mu = fleet_mu if backend is not None else self.capacity
         self._judge(now, mu, reading.collapsed, backend is not None and shared is None)
+        if self._landing_waiters:
+            self._landing_due(now)
         if self._overflowing and self.schedule.horizon(now) < self._cap:
             self._overflowing = False  # the episode is over: log the next one again
 
@@ -238,15 +244,24 @@ class GateRates:
             if waiting.pop()():
                 free -= 1
 
-    def wait_landing(self, wake: Callable[[], bool]) -> None:
-        """Call ``wake`` when the fleet's backlog has landed (see :meth:`landed`)."""
-        self._landing_waiters.append(wake)
+    def wait_landing(self, wake: Callable[[], bool], position: float) -> None:
+        """Call ``wake`` when the fleet's backlog has landed (see :meth:`landed`), or at the first refresh that finds
+        the place at ``position`` due. (Woken at the time it was due when held, a place whose head sped up as the
+        leases came slept past it, its tokens unused: 300 of one replica's 500 clients were due at once when the
+        backlog landed, and were told to come back every other second.)"""
+        heapq.heappush(self._landing_waiters, (position, next(self._landing_order), wake))
+
+    def _landing_due(self, now: float) -> None:
+        """Wake the places held while a herd lands that are due at ``now`` (see :meth:`wait_landing`)."""
+        waiting, head = self._landing_waiters, self.schedule.head(now)
+        while waiting and waiting[0][0] <= head:
+            heapq.heappop(waiting)[2]()
 
     def landed(self) -> None:
         """The shared budget found the fleet's backlog landed: wake every new place held for it (see
         :meth:`Gate._unheard`), to be told now."""
         waiting, self._landing_waiters = self._landing_waiters, []
-        for wake in waiting:
+        for _, _, wake in waiting:
             wake()
 
     def headroom(self, now: float) -> float:

@@ -240,9 +240,9 @@ class Tenants(Reallocation, Waking):
     def room_freed(self) -> None:
         self.root.room_freed()
 
-    def wait_landing(self, wake: Callable[[], bool]) -> None:
+    def wait_landing(self, wake: Callable[[], bool], position: float) -> None:
         """A hold in any pool waits for the replica's shared budget (the root's) to find the fleet's backlog landed."""
-        self.root.wait_landing(wake)
+        self.root.wait_landing(wake, position)
 
     @property
     def waiting_for_room(self) -> Sized:
