@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable, Hashable
 
@@ -20,12 +21,13 @@ CAPACITY, NEW, HERD, RELEASE = 200.0, 20.0, 2000, 6.0
 fresh = (Stranger(f"u{n}") for n in itertools.count())
 
 
-def herd(key: Callable[[int], Hashable | None], until: float = 16.0,
-         admitted: list[float] | None = None) -> tuple[list[float], int]:  # fmt: skip
+def herd(key: Callable[[int], Hashable | None], until: float = 16.0, admitted: list[float] | None = None,
+         idle: float = math.inf, connections: dict[int, int] | None = None) -> tuple[list[float], int]:  # fmt: skip
     """A herd of HERD clients released at once beside NEW/s new arrivals (one try each), every client sleeping
     exactly its Retry-After, on injected time. ``key(client)``: what identifies a herd request. Returns λ_new as
     read at each whole second after the release, and how many new arrivals were admitted (per cent) of those that
-    came; ``admitted`` gets the time each herd client was let in."""
+    came; ``admitted`` gets the time each herd client was let in. A client told to wait ``idle`` s or more comes back
+    on a new connection: ``connections[client]`` counts its connections before the one it is on."""
     g = Gate(CAPACITY, Settings(burst=20, max_pacing_delay=0.5, tarpit=0.0), now=0.0)
     rng = random.Random(7)
     events: list[tuple[float, int, int, object]] = []  # (time, order, client (-1: a new arrival), a hold)
@@ -57,6 +59,8 @@ def herd(key: Callable[[int], Hashable | None], until: float = 16.0,
         if d.verdict is Verdict.PACE:
             heapq.heappush(events, (now + d.delay, next(order), client, d))
         elif d.verdict is Verdict.REJECT and client >= 0:
+            if d.retry_after >= idle and connections is not None:
+                connections[client] = connections.get(client, 0) + 1
             heapq.heappush(events, (now + d.retry_after, next(order), client, None))
         elif d.verdict is Verdict.ADMIT and client < 0 and now > RELEASE:
             new_in += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from admitgate import Settings
-from admitgate.core.decision import ClientKey, Stranger, Verdict
+from admitgate.core.decision import ClientKey, ConnectionKey, Stranger, Verdict
 from admitgate.core.gate import Gate
 from admitgate.core.priority import DEFAULT_CLASSES
 from admitgate.core.schedule import SLOT_GRACE
@@ -47,7 +47,7 @@ class Book(dict):
 
     def claim(self, strays: Strays, now: float, source: str = SOURCE) -> str | None:
         """The name of the place a stranger from ``source`` takes at ``now``, or None."""
-        place = strays.claim(source, now, lambda key, now: self.get(key))
+        place = strays.claim(Stranger("claimer", source), now, lambda key, now: self.get(key))
         return None if place is None else next(k for k, p in self.items() if p == place)
 
 
@@ -119,3 +119,38 @@ def test_a_herd_of_cookie_less_clients_nothing_recognises_drains_as_a_recognised
         assert len(admitted) == HERD and served >= 95
         drains.append((max(admitted) - RELEASE) / bound)
     assert drains[0] <= 1.05 * drains[1]  # (each try a stranger, their own places left: 1.45 of the bound)
+
+
+#: Seconds uvicorn keeps an idle connection open (its default): a client told longer comes back on a new one.
+IDLE = 5.0
+
+
+def test_direct_cookie_less_herd_back_on_new_connections_after_uvicorn_closed_the_idle_ones_drains_as_recognised(
+) -> None:  # fmt: skip
+    bound = HERD / (CAPACITY - NEW)
+    connections: dict[int, int] = {}
+    drains = []
+    for idle in (IDLE, float("inf")):
+        admitted: list[float] = []
+        key = lambda client: ConnectionKey(f"{client}:{connections.get(client, 0)}", SOURCE)  # noqa: E731
+        _, served = herd(key, until=RELEASE + 3 * bound, admitted=admitted, idle=idle, connections=connections)
+        assert len(admitted) == HERD and served >= 95
+        drains.append((max(admitted) - RELEASE) / bound)
+    assert sum(connections.values()) > HERD / 4  # (a quarter of the herd and more was told longer than IDLE)
+    assert drains[0] <= 1.05 * drains[1]  # (each new connection a new place at the tail: 1.73 of the bound)
+
+
+def test_a_client_back_on_a_new_connection_takes_a_connection_place_told_due_and_a_stranger_does_not() -> None:
+    g, back = gate(ConnectionKey("c-first", SOURCE))
+    assert rejected(g, next(fresh), back + 0.01) == 1.0  # a stranger (a request that closes its connection): its own
+    assert rejected(g, ConnectionKey("c-other", "198.51.100"), back + 0.01) == 1.0  # another source's
+    assert rejected(g, ConnectionKey("c-new", SOURCE), back + 0.01) == 0.0  # the first's place, on a new connection
+    g, back = gate(next(fresh))
+    assert rejected(g, ConnectionKey("c-new", SOURCE), back + 0.01) == 1.0  # nor a connection a stranger's place
+
+
+def test_a_connection_back_with_its_ticket_leaves_no_place_to_claim() -> None:
+    owner = ConnectionKey("c-owner", SOURCE)
+    g, back = gate(owner)
+    rejected(g, ClientKey(str(owner), SOURCE), back)  # known by its ticket: back for its place (told again or not)
+    assert rejected(g, ConnectionKey("c-new", SOURCE), back + 0.01) == 1.0

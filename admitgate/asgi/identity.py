@@ -36,7 +36,7 @@ from itertools import chain
 from typing import Any
 
 from ..core.clock import Clock
-from ..core.decision import ClientKey, Stranger
+from ..core.decision import ClientKey, ConnectionKey, Stranger
 from ..core.errors import ConfigError, choice, flag, function, header_name, integer
 from .ticket import FRESH, RetryTicket, cookie_string, cookie_tickets, strip_ticket, ticket_secret
 from .untied import Untied
@@ -261,11 +261,13 @@ class Recogniser:
     nothing identifies, and the fresh ids' tickets that come back, are counted in ``untied``.
     """
 
-    __slots__ = ("_ids", "_wall_clock", "_warned", "forwarding", "key_func", "ticket", "untied")
+    __slots__ = ("_ids", "_kind", "_wall_clock", "_warned", "forwarding", "key_func", "ticket", "untied")
 
     def __init__(self, key_func: KeyFunc, ticket: RetryTicket | None, wall_clock: Clock, untied: Untied | None = None,
-                 forwarding: tuple[int, str] = (0, "x-forwarded-for")) -> None:  # fmt: skip
+                 forwarding: tuple[int, str] = (0, "x-forwarded-for"), connection: bool = False) -> None:  # fmt: skip
         self.key_func = key_func
+        #: what a key from ``key_func`` is: a :class:`ConnectionKey` when it is the client's connection (``connection``)
+        self._kind: type[ClientKey] = ConnectionKey if connection else ClientKey
         self.forwarding = forwarding  # (trusted_hops, forwarded): where the client's address, its source, is read
         self.ticket = ticket
         self._ids = ticket or RetryTicket()  # without tickets, ids are keyed with a per-process secret
@@ -275,12 +277,13 @@ class Recogniser:
 
     def __call__(self, scope: Scope) -> str | None:
         """The booking key (a :class:`~admitgate.core.decision.ClientKey` carrying the client's address's
-        :func:`source_of`; a :class:`~admitgate.core.decision.Stranger` for a made-up id), or None."""
+        :func:`source_of`; a :class:`~admitgate.core.decision.Stranger` for a made-up id, a
+        :class:`~admitgate.core.decision.ConnectionKey` for a connection's), or None."""
         key = self._key(scope)
         if key is None:
             return None
         source = source_of(client_address(scope, *self.forwarding))
-        return Stranger(key, source) if isinstance(key, Stranger) else ClientKey(key, source)
+        return type(key)(key, source) if isinstance(key, ClientKey) else ClientKey(key, source)
 
     def _key(self, scope: Scope) -> str | None:
         ticket = self.ticket
@@ -304,7 +307,7 @@ class Recogniser:
                 self._warned = True
                 log.warning("admitgate: key function %r failed (%r); such requests are anonymous", self.key_func, exc)
         if material is not None:
-            return self._ids.key_id(material)
+            return self._kind(self._ids.key_id(material))
         client = scope.get("client")
         self.untied.untied(client[1] if client else None, closes(scope))
         return None if ticket is None else Stranger(ticket.new_id())

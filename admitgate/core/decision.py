@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sized
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from .pacer import TokenPacer
 from .priority import Priority
@@ -30,6 +30,9 @@ class ClientKey(str):
     ahead of others (see :meth:`~admitgate.core.schedule.Schedule.take`)."""
 
     source: Hashable | None
+    #: whether its client may come back known by another key, a place of its kind held for it (see
+    #: :class:`~admitgate.core.strays.Strays`)
+    lapses: ClassVar[bool] = False
 
     def __new__(cls, key: str, source: Hashable | None = None) -> ClientKey:
         made = super().__new__(cls, key)
@@ -40,6 +43,15 @@ class ClientKey(str):
 class Stranger(ClientKey):
     """A key that ties its request to no client: an id made up for it (a retry ticket's cookie may carry it back).
     Its client, back without that cookie, is a new request again (see :class:`~admitgate.core.newrate.NewRate`)."""
+
+    lapses = True
+
+
+class ConnectionKey(ClientKey):
+    """A key that is its client's connection: a client told to wait longer than the server keeps an idle connection
+    comes back on a new one, known by another key (and, keeping no cookie, by no ticket)."""
+
+    lapses = True
 
 
 class Verdict(Enum):

@@ -108,8 +108,8 @@ class Gate(GateRates):
             stats.contended += 1
             key = identify()
             place = schedule.place_of(key, now) if key is not None and schedule.book else None
-            if place is None and isinstance(key, Stranger):  # (a stranger's place its client did not come back for)
-                place = self._strays.claim(key.source, now, schedule.place_of)
+            if place is None and getattr(key, "lapses", False):  # (a place of its kind its client did not claim)
+                place = self._strays.claim(key, now, schedule.place_of)
             if place is None:
                 return self._new_request(key, cost, reserve, now)
             self._came_back(key, place)
@@ -117,8 +117,8 @@ class Gate(GateRates):
         if schedule.book:  # someone holds a place: if it is this client, it got in early
             key = identify()
             place = schedule.forget(key, now) if key is not None else None
-            if place is None and isinstance(key, Stranger):
-                place = self._strays.claim(key.source, now, schedule.place_of)
+            if place is None and getattr(key, "lapses", False):
+                place = self._strays.claim(key, now, schedule.place_of)
             if place is not None:
                 self._came_back(key, place)
                 schedule.release(place[0], place[1], now)
@@ -381,7 +381,8 @@ class Gate(GateRates):
         told = now + hold + retry_after
         if key is None or isinstance(key, Stranger):  # (back then as a new request, unless its ticket comes back)
             self._new.told(told)
-            self._strays.add(key, told, now)  # (a place its client may not come back for: a stranger may take it)
+        if key is None or getattr(key, "lapses", False):  # (a place its client may come back for under another key)
+            self._strays.add(key, told, now)
         if key is not None:
             schedule.hold(key, (place[0], place[1], told), now)
         stats.rejected += 1

@@ -53,7 +53,7 @@ class GateRates:
         self.schedule = Schedule(initial, now, placement=placement, window=s.spread_window, max_keys=s.max_keys)
         self._book = self.schedule.book  # (who holds a place: the live mapping, bound once for the admit path)
         self._new = NewRate(s.new_window, now)
-        self._strays = Strays(s.max_keys)  # strangers' places not come back for, by source
+        self._strays = Strays(s.max_keys)  # places of lapsing keys not come back for, by kind and source
         self.stats = GateStats()
         #: probe aggregates the middleware records into, if the capacity source reads them (else None)
         self.probes: Probes | None = self.capacity_source.probes
@@ -183,12 +183,12 @@ class GateRates:
         return self.pacer.taken + s.spare + s.critical + s.contended - s.returning
 
     def _came_back(self, key: Hashable, place: Place) -> None:
-        """A client came back for ``place`` (its own, or a place its source's strangers left): counted as returning,
-        not new."""
+        """A client came back for ``place`` (its own, or one of its kind its source's clients left): counted as
+        returning, not new."""
         self.stats.returning += 1
-        if isinstance(key, Stranger):
+        if isinstance(key, Stranger):  # (a stranger's place: strangers claim no other kind)
             self._new.claimed(place[2])
-            self._strays.drop(key)
+        self._strays.drop(key)  # (any key: a connection's client back with its ticket is known by it)
 
     def new_rate(self) -> float:
         """λ_new: the measured rate of new requests, requests/s."""
