@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from admitgate import Settings
-from admitgate.asgi.identity import Recogniser, connection_key, header_key, source_of
+from admitgate.asgi.identity import Identity, Recogniser, connection_key, source_of
 from admitgate.asgi.ticket import RetryTicket
 from admitgate.core.decision import ClientKey, ConnectionKey, Verdict
 from admitgate.core.gate import Gate
@@ -107,11 +107,11 @@ def test_the_recogniser_keys_a_client_with_the_source_of_its_address_through_the
 
 def test_a_key_that_is_the_connection_lapses_and_a_ticket_or_a_header_does_not() -> None:
     ticket = RetryTicket(b"k" * 16)
+    by_connection = Recogniser.of(Identity(), ticket, lambda: 0.0)
     scope = {"type": "http", "client": ("198.51.100.23", 4000), "headers": [(b"x-api-key", b"a")]}
-    key = Recogniser(connection_key(), ticket, lambda: 0.0, connection=True)(scope)
+    key = by_connection(scope)
     assert isinstance(key, ConnectionKey) and key.lapses and key.source == "198.51.100"
-    back = {**scope, "client": ("198.51.100.23", 4001), "headers": [(b"cookie", ticket.set_cookie(key, 0.0, 60, "http")
-                                                                     .split(b";")[0])]}  # fmt: skip
-    assert Recogniser(connection_key(), ticket, lambda: 0.0, connection=True)(back) == key  # by its ticket
-    assert not Recogniser(connection_key(), ticket, lambda: 0.0, connection=True)(back).lapses
-    assert not Recogniser(header_key("x-api-key"), ticket, lambda: 0.0)(scope).lapses
+    cookie = ticket.set_cookie(key, 0.0, 60, "http").split(b";")[0]
+    back = by_connection({**scope, "client": ("198.51.100.23", 4001), "headers": [(b"cookie", cookie)]})
+    assert back == key and not back.lapses  # known by its ticket on a new connection
+    assert not Recogniser.of(Identity(key="header:x-api-key"), ticket, lambda: 0.0)(scope).lapses

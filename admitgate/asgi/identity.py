@@ -275,6 +275,12 @@ class Recogniser:
         self._warned = False
         self.untied = Untied() if untied is None else untied
 
+    @classmethod
+    def of(cls, identity: Identity, ticket: RetryTicket | None, wall_clock: Clock) -> Recogniser:
+        """The recogniser of ``identity``'s key and forwarding, with ``ticket``."""
+        return cls(identity.key_func, ticket, wall_clock, forwarding=identity.forwarding,
+                   connection=identity.key == "connection")  # fmt: skip
+
     def __call__(self, scope: Scope) -> str | None:
         """The booking key (a :class:`~admitgate.core.decision.ClientKey` carrying the client's address's
         :func:`source_of`; a :class:`~admitgate.core.decision.Stranger` for a made-up id, a

@@ -129,8 +129,7 @@ class AdmitGate:
         self.headers, self.gate_websockets = parts.headers, parts.gate_websockets
         self.key_func = parts.identity.key_func
         self.ticket = ticket_of(parts.identity, parts.server, workers)
-        self._recognise = Recogniser(self.key_func, self.ticket, wall_clock, forwarding=parts.identity.forwarding,
-                                     connection=parts.identity.key == "connection")  # fmt: skip
+        self._recognise = Recogniser.of(parts.identity, self.ticket, wall_clock)
         #: what decides each request (the tenants' table, or the gate), and how a request's tenant is named
         self.decider: Decider = parts.tenants if parts.tenants is not None else parts.gate
         self._tenant_of = parts.tenant_of

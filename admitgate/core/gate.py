@@ -381,8 +381,7 @@ class Gate(GateRates):
         told = now + hold + retry_after
         if key is None or isinstance(key, Stranger):  # (back then as a new request, unless its ticket comes back)
             self._new.told(told)
-        if key is None or getattr(key, "lapses", False):  # (a place its client may come back for under another key)
-            self._strays.add(key, told, now)
+        self._strays.add(key, told, now)  # (if its client may come back under another key: a key of its kind claims it)
         if key is not None:
             schedule.hold(key, (place[0], place[1], told), now)
         stats.rejected += 1

@@ -57,9 +57,9 @@ class Strays:
         return len(self._keys)
 
     def add(self, key: Hashable | None, told: float, now: float) -> None:
-        """``key`` was told to come back at ``told`` (claimable in :func:`pool_of` it); None: no key, no place to
-        take."""
-        if key is None:
+        """``key`` was told to come back at ``told``: claimable in its :func:`pool_of` if it lapses; None, or a key
+        that does not, is kept nowhere (its client comes back under it)."""
+        if not getattr(key, "lapses", False):
             return
         if key not in self._keys and len(self._keys) >= self.max_keys:
             self._compact(now)
