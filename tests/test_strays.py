@@ -3,7 +3,9 @@ not a new one at the tail: the schedule holds one place per client waiting, reco
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import random
 
 from admitgate import Settings
 from admitgate.core.decision import ClientKey, ConnectionKey, Stranger, Verdict
@@ -154,3 +156,37 @@ def test_a_connection_back_with_its_ticket_leaves_no_place_to_claim() -> None:
     g, back = gate(owner)
     rejected(g, ClientKey(str(owner), SOURCE), back)  # known by its ticket: back for its place (told again or not)
     assert rejected(g, ConnectionKey("c-new", SOURCE), back + 0.01) == 1.0
+
+
+def ignore20_decisions(first: type[ClientKey]) -> list[tuple[float, int, str, int]]:
+    """Every decision on the matrix's herd-ignore20 clients on injected time: 400 of 2,000 ask every 0.1 s as
+    strangers (a connection each, closed), the others obey, known by a ``first`` key and then by their ticket."""
+    g = Gate(CAPACITY, Settings(), now=0.0)
+    rng, ids, order = random.Random(3), itertools.count(), itertools.count()
+    ignorers = set(rng.sample(range(HERD), HERD // 5))
+    events = [(RELEASE + c / (10 * HERD), next(order), c, 0, None) for c in range(HERD)]
+    at = 0.0
+    while at < 40.0:
+        events.append((at, next(order), -1, 0, None))
+        at += rng.expovariate(NEW)
+    heapq.heapify(events)
+    decisions = []
+    while events:
+        now, _, client, tries, held = heapq.heappop(events)
+        if held is not None:
+            d = g.end_hold(held, now)
+        else:
+            kind = Stranger if client < 0 or client in ignorers else ClientKey if tries else first
+            key = kind(f"s{next(ids)}" if kind is Stranger else f"c{client}", SOURCE)
+            d = g.admit(1.0, DEFAULT, now, lambda key=key: key)
+        decisions.append((now, client, d.verdict.value, d.retry_after))
+        if d.verdict is Verdict.PACE:
+            heapq.heappush(events, (now + d.delay, next(order), client, tries, d))
+        elif d.verdict is Verdict.REJECT and client >= 0 and now < 40.0:
+            wait = 0.1 if client in ignorers else d.retry_after
+            heapq.heappush(events, (now + wait, next(order), client, tries + 1, None))
+    return decisions
+
+
+def test_a_herd_whose_clients_come_back_with_their_ticket_is_decided_as_if_connections_did_not_lapse() -> None:
+    assert ignore20_decisions(ConnectionKey) == ignore20_decisions(ClientKey)
